@@ -1,0 +1,56 @@
+"""Encoding of Python values into query parameters, refusing what PostgreSQL
+cannot hold before anything is sent. These are codec limits, not queue rules:
+the queue's own rules live in sql/."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable
+from typing import Any
+
+from pyalk.errors import CodecError, InvalidArgument
+
+BIGINT_MIN = -(2**63)
+BIGINT_MAX = 2**63 - 1
+
+# jsonb refuses the \u0000 escape; match it only when the backslash itself is
+# not escaped (an odd run of backslashes before "u0000").
+_JSON_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
+
+
+def payload(value: Any, argument: str = "payload") -> str:
+    """JSON text for a payload, or CodecError naming the argument."""
+    try:
+        text = json.dumps(value, allow_nan=False, separators=(",", ":"))
+    except (TypeError, ValueError) as error:
+        raise CodecError(f"{argument} is not encodable as JSON: {error}") from error
+    if _JSON_NUL.search(text):
+        raise CodecError(f"{argument} contains a NUL character, which PostgreSQL jsonb cannot store")
+    return text
+
+
+def payloads(values: Iterable[Any], argument: str = "payloads") -> list[str]:
+    return [payload(value, f"{argument}[{index}]") for index, value in enumerate(values)]
+
+
+def bigint(value: int | None, argument: str) -> int | None:
+    """An optional bigint argument, refused unless it is a true int in range."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidArgument(f"{argument} must be an int, got {type(value).__name__} {value!r}")
+    if not BIGINT_MIN <= value <= BIGINT_MAX:
+        raise InvalidArgument(f"{argument} must fit in a signed 64-bit integer, got {value}")
+    return value
+
+
+def text(value: str | None, argument: str) -> str | None:
+    """An optional text argument: a str without NUL (PostgreSQL text cannot hold it)."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise InvalidArgument(f"{argument} must be a str, got {type(value).__name__} {value!r}")
+    if "\x00" in value:
+        raise CodecError(f"{argument} contains a NUL character, which PostgreSQL text cannot store")
+    return value

@@ -1,0 +1,70 @@
+"""pyalk's exceptions: one class per SQLSTATE the SQL raises, under one base.
+
+The SQL functions raise class ``LK`` codes (docs/errors.md holds the table);
+:func:`translate` turns a psycopg error carrying one of them into the matching
+class here, with the server's message. Codec errors never reach the server.
+"""
+
+from __future__ import annotations
+
+import psycopg
+
+
+class AlkError(Exception):
+    """Base class of every error pyalk raises on purpose."""
+
+    sqlstate: str | None = None
+
+
+class InvalidName(AlkError, ValueError):
+    """LK001: an empty name, or one using the reserved ``alk:`` prefix."""
+
+    sqlstate = "LK001"
+
+
+class InvalidArgument(AlkError, ValueError):
+    """LK002: an argument the function cannot accept (a duration <= 0, a
+    value outside its column's range, an integer outside bigint)."""
+
+    sqlstate = "LK002"
+
+
+class InvalidSchedule(AlkError, ValueError):
+    """LK003: a cron spec or time zone the scheduler cannot read."""
+
+    sqlstate = "LK003"
+
+
+class LeadershipLost(AlkError):
+    """LK004: the scheduler's leader lease was taken by another process."""
+
+    sqlstate = "LK004"
+
+
+class CodecError(AlkError, ValueError):
+    """A value the wrapper cannot encode for PostgreSQL (NaN, a set, a NUL
+    character, a non-JSON type); raised before anything is sent."""
+
+
+class ClaimInTransaction(AlkError):
+    """A claim-side operation was asked to run inside the caller's open
+    transaction; claims are never tied to a business transaction."""
+
+
+#: SQLSTATE -> exception class, the single map the docs and tests check.
+BY_SQLSTATE: dict[str, type[AlkError]] = {
+    cls.sqlstate: cls
+    for cls in (InvalidName, InvalidArgument, InvalidSchedule, LeadershipLost)
+    if cls.sqlstate is not None
+}
+
+
+def translate(error: psycopg.Error) -> Exception:
+    """The pyalk exception for a server error, or the error itself."""
+    cls = BY_SQLSTATE.get(error.sqlstate or "")
+    if cls is None:
+        return error
+    message = error.diag.message_primary or str(error)
+    translated = cls(message)
+    translated.__cause__ = error
+    return translated

@@ -1,0 +1,88 @@
+"""The versioned SQL scripts and the install script for psql users.
+
+``sql/versions/NNNN_<mechanism>.sql`` are immutable once landed; the chain
+is their order. A psql install runs them in one transaction and records the
+head in ``alk.alembic_version``, the same table Alembic keeps, so either path
+can take over from the other.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from pyalk._resources import sql_dir
+
+_VERSION_FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
+
+#: Serialises concurrent installs and migrations (an arbitrary fixed key).
+MIGRATION_LOCK_KEY = 0x616C6B_6D6967  # "alk" "mig"
+
+VERSION_TABLE = "alembic_version"
+
+
+@dataclass(frozen=True)
+class Version:
+    number: str
+    mechanism: str
+    path: Path
+
+    def sql(self) -> str:
+        return self.path.read_text(encoding="utf-8")
+
+
+def versions() -> list[Version]:
+    found = []
+    for path in sorted((sql_dir() / "versions").iterdir()):
+        match = _VERSION_FILE.match(path.name)
+        if match:
+            found.append(Version(match.group(1), match.group(2), path))
+    return found
+
+
+def head() -> str:
+    return versions()[-1].number
+
+
+BOOTSTRAP = f"""\
+SELECT pg_catalog.pg_advisory_xact_lock({MIGRATION_LOCK_KEY});
+CREATE SCHEMA IF NOT EXISTS alk;
+CREATE TABLE IF NOT EXISTS alk.{VERSION_TABLE} (
+    version_num VARCHAR(32) NOT NULL,
+    CONSTRAINT {VERSION_TABLE}_pkc PRIMARY KEY (version_num)
+);
+"""
+
+
+def install_script(after: str | None = None) -> str:
+    """The SQL that brings a database to the head version.
+
+    With ``after`` unset the script installs into a database without pyalk;
+    with ``after`` set to the installed version it applies only what follows.
+    Either way it refuses to run against a database at another version.
+    """
+    chain = [v for v in versions() if after is None or v.number > after]
+    expected = "NULL" if after is None else f"'{after}'"
+    parts = [
+        "-- pyalk install script: run with psql -v ON_ERROR_STOP=1 -1 -f <file> (or let it BEGIN itself).",
+        "BEGIN;",
+        BOOTSTRAP,
+        f"""DO $pyalk$
+DECLARE installed text := (SELECT max(version_num) FROM alk.{VERSION_TABLE});
+BEGIN
+    IF installed IS DISTINCT FROM {expected} THEN
+        RAISE EXCEPTION 'pyalk is installed at version %, this script expects %: use pyalk sql --after %',
+            coalesce(installed, 'none'), coalesce({expected}, 'none'), coalesce(installed, 'none');
+    END IF;
+END
+$pyalk$;""",
+    ]
+    for version in chain:
+        parts.append(f"-- version {version.number}: {version.mechanism}")
+        parts.append(version.sql())
+    if chain:
+        parts.append(f"DELETE FROM alk.{VERSION_TABLE};")
+        parts.append(f"INSERT INTO alk.{VERSION_TABLE} (version_num) VALUES ('{chain[-1].number}');")
+    parts.append("COMMIT;")
+    return "\n".join(parts) + "\n"

@@ -1,0 +1,169 @@
+-- pyalk 0001: the core every mechanism stands on.
+--
+-- The schema, the clock, the error helper, name validation and saturating
+-- stamp arithmetic. Immutable once landed: a change is a new version file.
+--
+-- Conventions every later version follows:
+--   * public functions are SECURITY DEFINER with a pinned search_path, so the
+--     tables stay private and EXECUTE on the functions is the whole API;
+--   * every object is schema-qualified inside a body; names are data;
+--   * errors are raised through alk._raise with an LK SQLSTATE.
+
+CREATE SCHEMA IF NOT EXISTS alk;
+COMMENT ON SCHEMA alk IS 'pyalk: job queues, streams, outbox, locks and a scheduler as SQL functions.';
+
+-- Nothing in alk is usable by PUBLIC until an administrator grants it
+-- (docs/security.md). Functions created later by this role start private too.
+REVOKE ALL ON SCHEMA alk FROM PUBLIC;
+ALTER DEFAULT PRIVILEGES IN SCHEMA alk REVOKE EXECUTE ON FUNCTIONS FROM PUBLIC;
+
+-- Raise a pyalk error. Usable inside expressions (returns anyelement-free
+-- boolean so CASE branches can call it).
+CREATE FUNCTION alk._raise(code text, message text)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RAISE EXCEPTION USING ERRCODE = code, MESSAGE = message;
+END
+$$;
+COMMENT ON FUNCTION alk._raise(text, text) IS 'internal: raise an LK error with the given SQLSTATE and message';
+
+-- Quote a caller's value for an error message, cut to a readable length.
+CREATE FUNCTION alk._show(value text)
+RETURNS text
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT CASE
+        WHEN value IS NULL THEN 'NULL'
+        WHEN pg_catalog.length(value) > 80
+            THEN pg_catalog.quote_literal(pg_catalog.left(value, 80)) || '... (' || pg_catalog.length(value) || ' characters)'
+        ELSE pg_catalog.quote_literal(value)
+    END
+$$;
+COMMENT ON FUNCTION alk._show(text) IS 'internal: a value quoted and shortened for an error message';
+
+-- The clock: integer unix seconds. A session may pin it for tests and
+-- replays with SET alk.now = '<integer>'; RESET (or an empty value) unpins.
+CREATE FUNCTION alk.now()
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    pinned text := pg_catalog.current_setting('alk.now', true);
+    valid boolean;
+BEGIN
+    IF pinned IS NULL OR pinned = '' THEN
+        RETURN pg_catalog.floor(extract(epoch FROM pg_catalog.clock_timestamp()))::bigint;
+    END IF;
+    -- plpgsql's IF ends its condition at the first THEN, hence the variable.
+    valid := CASE WHEN pinned ~ '^\s*[-+]?[0-9]{1,19}\s*$'
+                  THEN pinned::numeric BETWEEN -9223372036854775808 AND 9223372036854775807
+                  ELSE false END;
+    IF NOT valid THEN
+        PERFORM alk._raise('LK002', 'setting alk.now must hold an integer number of unix seconds in the bigint range, got ' || alk._show(pinned));
+    END IF;
+    RETURN pinned::numeric::bigint;
+END
+$$;
+COMMENT ON FUNCTION alk.now() IS
+'The clock every alk function reads once per call: integer unix seconds. '
+'SET alk.now = ''1700000000'' pins it for the session (tests, replays); RESET alk.now unpins.';
+
+-- Name rule: non-empty text; the prefix alk: is reserved for pyalk's own
+-- names unless the caller is pyalk itself (reserved_ok).
+CREATE FUNCTION alk._check_name(argument text, value text, reserved_ok boolean DEFAULT false)
+RETURNS text
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF value IS NULL OR value = '' THEN
+        PERFORM alk._raise('LK001', argument || ' must be a non-empty name, got ' || alk._show(value));
+    END IF;
+    IF NOT reserved_ok AND pg_catalog.starts_with(value, 'alk:') THEN
+        PERFORM alk._raise('LK001', argument || ' ' || alk._show(value) || ' uses the reserved prefix ''alk:''');
+    END IF;
+    RETURN value;
+END
+$$;
+COMMENT ON FUNCTION alk._check_name(text, text, boolean) IS 'internal: LK001 unless value is a non-empty name outside the reserved alk: prefix';
+
+-- Saturating bigint arithmetic: stamp sums never raise "bigint out of range"
+-- and never poison a row; the result is clamped to the bigint domain.
+CREATE FUNCTION alk._sat_add(a bigint, b bigint)
+RETURNS bigint
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT CASE
+        WHEN b > 0 AND a > 9223372036854775807 - b THEN 9223372036854775807
+        WHEN b < 0 AND a < -9223372036854775808 - b THEN -9223372036854775808
+        ELSE a + b
+    END
+$$;
+COMMENT ON FUNCTION alk._sat_add(bigint, bigint) IS 'internal: a + b clamped to the bigint range (NULL if either is NULL)';
+
+CREATE FUNCTION alk._sat_sub(a bigint, b bigint)
+RETURNS bigint
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT CASE
+        WHEN b < 0 AND a > 9223372036854775807 + b THEN 9223372036854775807
+        WHEN b > 0 AND a < -9223372036854775808 + b THEN -9223372036854775808
+        ELSE a - b
+    END
+$$;
+COMMENT ON FUNCTION alk._sat_sub(bigint, bigint) IS 'internal: a - b clamped to the bigint range (NULL if either is NULL)';
+
+-- base * 2^exponent, clamped; exponent < 0 counts as 0.
+CREATE FUNCTION alk._sat_mul_pow2(base bigint, exponent bigint)
+RETURNS bigint
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT CASE
+        WHEN base IS NULL OR exponent IS NULL THEN NULL
+        WHEN base = 0 THEN 0
+        WHEN exponent >= 63 THEN CASE WHEN base > 0 THEN 9223372036854775807 ELSE -9223372036854775808 END
+        ELSE least(greatest(
+                 base::numeric * (1::bigint << greatest(exponent, 0)::integer)::numeric,
+                 -9223372036854775808::numeric), 9223372036854775807::numeric)::bigint
+    END
+$$;
+COMMENT ON FUNCTION alk._sat_mul_pow2(bigint, bigint) IS 'internal: base * 2^exponent clamped to the bigint range';
+
+-- Argument checks shared by every mechanism.
+CREATE FUNCTION alk._check_int4(argument text, value bigint)
+RETURNS integer
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF value IS NOT NULL AND (value < -2147483648 OR value > 2147483647) THEN
+        PERFORM alk._raise('LK002', argument || ' must be between -2147483648 and 2147483647, got ' || value);
+    END IF;
+    RETURN value::integer;
+END
+$$;
+COMMENT ON FUNCTION alk._check_int4(text, bigint) IS 'internal: LK002 unless value fits a 32-bit integer column';
+
+CREATE FUNCTION alk._check_not_null(argument text, value anyelement)
+RETURNS anyelement
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF value IS NULL THEN
+        PERFORM alk._raise('LK002', argument || ' must not be NULL');
+    END IF;
+    RETURN value;
+END
+$$;
+COMMENT ON FUNCTION alk._check_not_null(text, anyelement) IS 'internal: LK002 when a required argument is SQL NULL';
+
+REVOKE ALL ON ALL FUNCTIONS IN SCHEMA alk FROM PUBLIC;

@@ -1,0 +1,497 @@
+-- pyalk 0002: the durable job queue (CONTRACT.md §1).
+--
+-- One table holds every job in every queue. A job is pending (waiting for its
+-- run_at), processing (leased to a worker until claim_expires_at) or dead
+-- (kept for inspection until its retention lapses). ack and cancel delete.
+
+CREATE TYPE alk.job AS (
+    id bigint,
+    queue text,
+    state text,
+    payload jsonb,
+    priority integer,
+    run_at bigint,
+    attempts integer,
+    max_attempts integer,
+    worker_id text,
+    claimed_at bigint,
+    claim_expires_at bigint,
+    created_at bigint,
+    expires_at bigint,
+    visibility_timeout_s bigint,
+    backoff_base_s bigint,
+    dead_letter_retention_s bigint,
+    last_error text,
+    died_at bigint
+);
+COMMENT ON TYPE alk.job IS 'A job as every queue function returns it: the resolved row, never the enqueuer''s raw options.';
+
+CREATE TABLE alk.jobs (
+    id bigint GENERATED ALWAYS AS IDENTITY,
+    queue text NOT NULL,
+    state text NOT NULL DEFAULT 'pending',
+    payload jsonb NOT NULL,
+    priority integer NOT NULL,
+    run_at bigint NOT NULL,
+    attempts integer NOT NULL DEFAULT 0,
+    max_attempts integer NOT NULL,
+    worker_id text,
+    claimed_at bigint,
+    claim_expires_at bigint,
+    created_at bigint NOT NULL,
+    expires_at bigint,
+    visibility_timeout_s bigint NOT NULL,
+    backoff_base_s bigint NOT NULL,
+    dead_letter_retention_s bigint,
+    last_error text,
+    died_at bigint,
+    -- The queue leads the key so the table can be hash-distributed by queue.
+    CONSTRAINT jobs_pkey PRIMARY KEY (queue, id),
+    CONSTRAINT jobs_state_known CHECK (state IN ('pending', 'processing', 'dead')),
+    CONSTRAINT jobs_queue_named CHECK (queue <> ''),
+    CONSTRAINT jobs_processing_is_leased CHECK (state <> 'processing' OR (worker_id IS NOT NULL AND claim_expires_at IS NOT NULL)),
+    CONSTRAINT jobs_dead_has_died_at CHECK ((state = 'dead') = (died_at IS NOT NULL))
+);
+COMMENT ON TABLE alk.jobs IS 'Every job of every queue. Private: use the alk.* functions.';
+
+-- ack/retry/fail/heartbeat find a job by id alone.
+CREATE UNIQUE INDEX jobs_id ON alk.jobs (id);
+-- The claim path: due pending jobs in claim order. Partial, so processing
+-- and dead rows never cost a claim anything.
+CREATE INDEX jobs_claim_pending ON alk.jobs (queue, priority DESC, run_at, id) WHERE state = 'pending';
+-- Lapsed leases (crashed workers) are found by their deadline.
+CREATE INDEX jobs_claim_lapsed ON alk.jobs (queue, claim_expires_at) WHERE state = 'processing';
+-- Expiry and retention sweeps.
+CREATE INDEX jobs_expiring ON alk.jobs (queue, expires_at) WHERE expires_at IS NOT NULL AND state <> 'dead';
+CREATE INDEX jobs_dead ON alk.jobs (queue, died_at) WHERE state = 'dead';
+
+-- A queue table drains and refills all day: vacuum it early and often so dead
+-- index entries from claims and acks do not pile up between runs.
+ALTER TABLE alk.jobs SET (
+    autovacuum_vacuum_scale_factor = 0.01,
+    autovacuum_vacuum_threshold = 500,
+    autovacuum_vacuum_insert_scale_factor = 0.05,
+    autovacuum_analyze_scale_factor = 0.02
+);
+
+-- enqueue -------------------------------------------------------------------
+
+CREATE FUNCTION alk.enqueue_batch(
+    queue text,
+    payloads jsonb[],
+    delay bigint DEFAULT NULL,
+    run_at bigint DEFAULT NULL,
+    priority bigint DEFAULT 0,
+    max_attempts bigint DEFAULT 3,
+    expires bigint DEFAULT NULL,
+    visibility_timeout_s bigint DEFAULT 300,
+    backoff_base_s bigint DEFAULT 5,
+    dead_letter_retention_s bigint DEFAULT NULL
+)
+RETURNS SETOF bigint
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    clock bigint := alk.now();
+    ready_at bigint;
+    null_at bigint;
+BEGIN
+    PERFORM alk._check_name('queue', enqueue_batch.queue);
+    RETURN QUERY SELECT * FROM alk._enqueue(enqueue_batch.queue, payloads, clock,
+        delay, enqueue_batch.run_at, enqueue_batch.priority, enqueue_batch.max_attempts,
+        expires, enqueue_batch.visibility_timeout_s, enqueue_batch.backoff_base_s,
+        enqueue_batch.dead_letter_retention_s, 300, 3, 5);
+END
+$$;
+
+-- The one implementation behind every enqueue form (plain, batch, outbox,
+-- scheduler). The caller has validated the queue name; stamp defaults come
+-- from the caller so the outbox can resolve its own set.
+CREATE FUNCTION alk._enqueue(
+    queue text,
+    payloads jsonb[],
+    clock bigint,
+    delay bigint,
+    run_at bigint,
+    priority bigint,
+    max_attempts bigint,
+    expires bigint,
+    visibility_timeout_s bigint,
+    backoff_base_s bigint,
+    dead_letter_retention_s bigint,
+    default_visibility_timeout_s bigint,
+    default_max_attempts bigint,
+    default_backoff_base_s bigint
+)
+RETURNS SETOF bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    v_priority integer := alk._check_int4('priority', coalesce(priority, 0));
+    v_max_attempts integer := alk._check_int4('max_attempts', coalesce(max_attempts, default_max_attempts));
+    -- delay wins over run_at; neither means "now".
+    v_run_at bigint := CASE
+        WHEN delay IS NOT NULL THEN alk._sat_add(clock, delay)
+        WHEN run_at IS NOT NULL THEN run_at
+        ELSE clock END;
+    v_expires_at bigint := alk._sat_add(clock, expires);
+    v_null_at bigint;
+BEGIN
+    IF payloads IS NULL THEN
+        PERFORM alk._raise('LK002', 'payloads must be an array of JSON values, got NULL');
+    END IF;
+    SELECT p.ord INTO v_null_at FROM unnest(payloads) WITH ORDINALITY AS p(payload, ord)
+        WHERE p.payload IS NULL LIMIT 1;
+    IF FOUND THEN
+        PERFORM alk._raise('LK002', 'payload ' || v_null_at || ' is SQL NULL; a JSON null is ''null''::jsonb');
+    END IF;
+    RETURN QUERY
+    WITH inserted AS (
+        INSERT INTO alk.jobs (queue, payload, priority, run_at, max_attempts, created_at, expires_at,
+                              visibility_timeout_s, backoff_base_s, dead_letter_retention_s)
+        SELECT queue, p.payload, v_priority, v_run_at, v_max_attempts, clock, v_expires_at,
+               coalesce(visibility_timeout_s, default_visibility_timeout_s),
+               coalesce(backoff_base_s, default_backoff_base_s),
+               dead_letter_retention_s
+        FROM unnest(payloads) WITH ORDINALITY AS p(payload, ord)
+        ORDER BY p.ord
+        RETURNING alk.jobs.id
+    )
+    -- Identity values are drawn in insertion order, so id order is input order.
+    SELECT inserted.id FROM inserted ORDER BY inserted.id;
+END
+$$;
+COMMENT ON FUNCTION alk._enqueue(text, jsonb[], bigint, bigint, bigint, bigint, bigint, bigint, bigint, bigint, bigint, bigint, bigint, bigint) IS
+'internal: insert jobs with resolved stamps; every enqueue form calls it';
+
+COMMENT ON FUNCTION alk.enqueue_batch(text, jsonb[], bigint, bigint, bigint, bigint, bigint, bigint, bigint, bigint) IS
+'Enqueue several jobs in one call with the same options; returns their ids in input order. '
+'Example: SELECT * FROM alk.enqueue_batch(''emails'', ARRAY[''{"to": 1}'', ''{"to": 2}'']::jsonb[], priority => 5);';
+
+CREATE FUNCTION alk.enqueue(
+    queue text,
+    payload jsonb,
+    delay bigint DEFAULT NULL,
+    run_at bigint DEFAULT NULL,
+    priority bigint DEFAULT 0,
+    max_attempts bigint DEFAULT 3,
+    expires bigint DEFAULT NULL,
+    visibility_timeout_s bigint DEFAULT 300,
+    backoff_base_s bigint DEFAULT 5,
+    dead_letter_retention_s bigint DEFAULT NULL
+)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    clock bigint := alk.now();
+    job_id bigint;
+BEGIN
+    PERFORM alk._check_name('queue', enqueue.queue);
+    PERFORM alk._check_not_null('payload', payload);
+    SELECT * INTO job_id FROM alk._enqueue(enqueue.queue, ARRAY[payload], clock,
+        delay, enqueue.run_at, enqueue.priority, enqueue.max_attempts,
+        expires, enqueue.visibility_timeout_s, enqueue.backoff_base_s,
+        enqueue.dead_letter_retention_s, 300, 3, 5);
+    RETURN job_id;
+END
+$$;
+COMMENT ON FUNCTION alk.enqueue(text, jsonb, bigint, bigint, bigint, bigint, bigint, bigint, bigint, bigint) IS
+'Enqueue one job; returns its id. Ready time: delay (seconds from now) wins over run_at (absolute unix seconds); '
+'neither means now. expires is a TTL in seconds from now. Stamps default to 300 s visibility, 3 attempts, 5 s backoff base, '
+'dead rows kept forever. Example: SELECT alk.enqueue(queue => ''emails'', payload => ''{"to": 1}'', delay => 30);';
+
+-- claim ---------------------------------------------------------------------
+
+CREATE FUNCTION alk.claim(queue text, worker_id text, n bigint DEFAULT 1)
+RETURNS SETOF alk.job
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    clock bigint := alk.now();
+    wanted bigint := n;
+    picked bigint[];
+    buried integer;
+BEGIN
+    PERFORM alk._check_name('queue', claim.queue);
+    PERFORM alk._check_name('worker_id', claim.worker_id, true);
+    -- An extent: n <= 0 (or NULL) claims nothing.
+    IF wanted IS NULL OR wanted <= 0 THEN
+        RETURN;
+    END IF;
+    LOOP
+        -- Lock the first due rows in claim order from both sources: pending
+        -- rows whose run_at has come, and processing rows whose lease lapsed.
+        WITH due AS (
+            SELECT j.id, j.priority, j.run_at FROM alk.jobs j
+             WHERE j.queue = claim.queue AND j.state = 'pending' AND j.run_at <= clock
+             ORDER BY j.priority DESC, j.run_at, j.id
+             LIMIT wanted
+               FOR UPDATE SKIP LOCKED
+        ), lapsed AS (
+            SELECT j.id, j.priority, j.run_at FROM alk.jobs j
+             WHERE j.queue = claim.queue AND j.state = 'processing' AND j.claim_expires_at < clock
+             ORDER BY j.priority DESC, j.run_at, j.id
+             LIMIT wanted
+               FOR UPDATE SKIP LOCKED
+        )
+        SELECT array_agg(c.id ORDER BY c.priority DESC, c.run_at, c.id) INTO picked
+          FROM (SELECT * FROM due UNION ALL SELECT * FROM lapsed
+                ORDER BY priority DESC, run_at, id LIMIT wanted) c;
+        EXIT WHEN picked IS NULL;
+
+        -- Due rows that can no longer run are buried, not claimed.
+        UPDATE alk.jobs j
+           SET state = 'dead',
+               died_at = clock,
+               last_error = CASE WHEN j.attempts >= j.max_attempts THEN 'max attempts exceeded' ELSE 'expired' END
+         WHERE j.queue = claim.queue AND j.id = ANY (picked)
+           AND (j.attempts >= j.max_attempts OR j.expires_at <= clock);
+        GET DIAGNOSTICS buried = ROW_COUNT;
+
+        RETURN QUERY
+        WITH claimed AS (
+            UPDATE alk.jobs j
+               SET state = 'processing',
+                   worker_id = claim.worker_id,
+                   claimed_at = clock,
+                   claim_expires_at = alk._sat_add(clock, j.visibility_timeout_s),
+                   attempts = j.attempts + 1
+             WHERE j.queue = claim.queue AND j.id = ANY (picked) AND j.state <> 'dead'
+            RETURNING j.*
+        )
+        SELECT c.id, c.queue, c.state, c.payload, c.priority, c.run_at, c.attempts, c.max_attempts,
+               c.worker_id, c.claimed_at, c.claim_expires_at, c.created_at, c.expires_at,
+               c.visibility_timeout_s, c.backoff_base_s, c.dead_letter_retention_s, c.last_error, c.died_at
+          FROM claimed c
+         ORDER BY c.priority DESC, c.run_at, c.id;
+
+        wanted := wanted - (cardinality(picked) - buried);
+        -- Only burying leaves room to look again; otherwise the queue is empty
+        -- of claimable rows (or we have enough).
+        EXIT WHEN buried = 0 OR wanted <= 0;
+    END LOOP;
+END
+$$;
+COMMENT ON FUNCTION alk.claim(text, text, bigint) IS
+'Claim up to n due jobs for worker_id, in order priority DESC, run_at, id. Each claimed job is processing, '
+'leased until now + visibility_timeout_s, with attempts + 1 (the fencing token for ack/retry/fail/heartbeat). '
+'Due jobs out of attempts or past expiry become dead instead. n <= 0 claims nothing. '
+'Example: SELECT id, attempts, payload FROM alk.claim(''emails'', ''worker-1'', 10);';
+
+-- operations on a claimed job -----------------------------------------------
+
+-- The validity predicate every claimed-job op shares: processing, held by this
+-- worker, under the same claim (attempt = the fencing token the claim
+-- returned; NULL skips that check), lease not lapsed (claim_expires_at >= now).
+-- Returns the held rows, locked. attempts, when given, pairs with job_ids.
+CREATE FUNCTION alk._held(job_ids bigint[], worker_id text, attempts bigint[], queue text, clock bigint)
+RETURNS SETOF alk.jobs
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT j.* FROM alk.jobs j
+      JOIN unnest($1, $3) AS w(id, attempt) ON j.id = w.id
+     WHERE ($4 IS NULL OR j.queue = $4)
+       AND j.state = 'processing'
+       AND j.worker_id = $2
+       AND (w.attempt IS NULL OR j.attempts = w.attempt)
+       AND j.claim_expires_at >= $5
+       FOR UPDATE OF j
+$$;
+COMMENT ON FUNCTION alk._held(bigint[], text, bigint[], text, bigint) IS 'internal: the claimed-job validity predicate; the held rows, locked';
+
+CREATE FUNCTION alk.ack(job_id bigint, worker_id text, attempt bigint DEFAULT NULL, queue text DEFAULT NULL)
+RETURNS boolean
+LANGUAGE sql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    WITH gone AS (
+        DELETE FROM alk.jobs j
+         USING alk._held(ARRAY[$1], $2, ARRAY[$3], $4, alk.now()) h
+         WHERE j.queue = h.queue AND j.id = h.id
+        RETURNING 1
+    )
+    SELECT count(*) > 0 FROM gone
+$$;
+COMMENT ON FUNCTION alk.ack(bigint, text, bigint, text) IS
+'Acknowledge a claimed job: it is deleted. False, and nothing changes, unless the job is processing, held by worker_id '
+'under claim attempt (the fencing token the claim returned; NULL skips that check) and its lease has not lapsed '
+'(claim_expires_at >= now). queue is optional routing for sharded deployments. '
+'Example: SELECT alk.ack(job_id => 42, worker_id => ''worker-1'', attempt => 1);';
+
+CREATE FUNCTION alk.ack_batch(job_ids bigint[], worker_id text, attempts bigint[] DEFAULT NULL, queue text DEFAULT NULL)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    acked bigint;
+BEGIN
+    IF attempts IS NOT NULL AND cardinality(attempts) <> cardinality(job_ids) THEN
+        PERFORM alk._raise('LK002', 'attempts must have one entry per job id: got ' || cardinality(job_ids)
+            || ' job_ids and ' || cardinality(attempts) || ' attempts');
+    END IF;
+    WITH gone AS (
+        DELETE FROM alk.jobs j
+         USING alk._held(job_ids, ack_batch.worker_id, ack_batch.attempts, ack_batch.queue, alk.now()) h
+         WHERE j.queue = h.queue AND j.id = h.id
+        RETURNING 1
+    )
+    SELECT count(*) INTO acked FROM gone;
+    RETURN acked;
+END
+$$;
+COMMENT ON FUNCTION alk.ack_batch(bigint[], text, bigint[], text) IS
+'Acknowledge several claimed jobs in one call; returns how many were validly held (and are now deleted). '
+'attempts, when given, holds each job''s fencing token in the same order. '
+'Example: SELECT alk.ack_batch(ARRAY[41, 42], ''worker-1'', ARRAY[1, 1]);';
+
+CREATE FUNCTION alk.retry(job_id bigint, worker_id text, attempt bigint DEFAULT NULL, err text DEFAULT NULL,
+                          delay bigint DEFAULT NULL, queue text DEFAULT NULL)
+RETURNS boolean
+LANGUAGE sql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    WITH clock AS (SELECT alk.now() AS now),
+    moved AS (
+        UPDATE alk.jobs j
+           SET state = CASE WHEN h.attempts >= h.max_attempts THEN 'dead' ELSE 'pending' END,
+               run_at = CASE WHEN h.attempts >= h.max_attempts THEN h.run_at
+                             -- delay NULL: the row's backoff curve, base * 2^(attempts - 1).
+                             ELSE alk._sat_add(c.now, coalesce($5, alk._sat_mul_pow2(h.backoff_base_s, h.attempts - 1))) END,
+               worker_id = CASE WHEN h.attempts >= h.max_attempts THEN h.worker_id END,
+               claimed_at = CASE WHEN h.attempts >= h.max_attempts THEN h.claimed_at END,
+               claim_expires_at = CASE WHEN h.attempts >= h.max_attempts THEN h.claim_expires_at END,
+               last_error = CASE WHEN h.attempts >= h.max_attempts THEN coalesce($4, 'max attempts exceeded') END,
+               died_at = CASE WHEN h.attempts >= h.max_attempts THEN c.now END
+          FROM clock c, alk._held(ARRAY[$1], $2, ARRAY[$3], $6, c.now) h
+         WHERE j.queue = h.queue AND j.id = h.id
+        RETURNING 1
+    )
+    SELECT count(*) > 0 FROM moved
+$$;
+COMMENT ON FUNCTION alk.retry(bigint, text, bigint, text, bigint, text) IS
+'Give a claimed job back for another attempt: pending again, no worker, ready at now + delay, or now + '
+'backoff_base_s * 2^(attempts - 1) when delay is NULL. With attempts exhausted it becomes dead with last_error = err '
+'(or ''max attempts exceeded''). False, and nothing changes, when the claim is no longer valid (see alk.ack). '
+'Example: SELECT alk.retry(job_id => 42, worker_id => ''worker-1'', attempt => 1, err => ''smtp timeout'');';
+
+CREATE FUNCTION alk.fail(job_id bigint, worker_id text, attempt bigint DEFAULT NULL, err text DEFAULT NULL,
+                         queue text DEFAULT NULL)
+RETURNS boolean
+LANGUAGE sql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    WITH clock AS (SELECT alk.now() AS now),
+    buried AS (
+        UPDATE alk.jobs j
+           SET state = 'dead', last_error = coalesce($4, 'failed'), died_at = c.now
+          FROM clock c, alk._held(ARRAY[$1], $2, ARRAY[$3], $5, c.now) h
+         WHERE j.queue = h.queue AND j.id = h.id
+        RETURNING 1
+    )
+    SELECT count(*) > 0 FROM buried
+$$;
+COMMENT ON FUNCTION alk.fail(bigint, text, bigint, text, text) IS
+'Fail a claimed job for good: dead with last_error = err (or ''failed''). False, and nothing changes, when the claim '
+'is no longer valid (see alk.ack). Example: SELECT alk.fail(42, ''worker-1'', 1, ''bad address'');';
+
+CREATE FUNCTION alk.heartbeat(job_id bigint, worker_id text, attempt bigint DEFAULT NULL, extend bigint DEFAULT NULL,
+                              queue text DEFAULT NULL)
+RETURNS boolean
+LANGUAGE sql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    WITH clock AS (SELECT alk.now() AS now),
+    renewed AS (
+        UPDATE alk.jobs j
+           SET claim_expires_at = alk._sat_add(c.now, coalesce($4, h.visibility_timeout_s))
+          FROM clock c, alk._held(ARRAY[$1], $2, ARRAY[$3], $5, c.now) h
+         WHERE j.queue = h.queue AND j.id = h.id
+        RETURNING 1
+    )
+    SELECT count(*) > 0 FROM renewed
+$$;
+COMMENT ON FUNCTION alk.heartbeat(bigint, text, bigint, bigint, text) IS
+'Extend a claimed job''s lease to now + extend seconds (the row''s visibility_timeout_s when NULL). True when the '
+'claim was valid at call time; a negative extend leaves a lapsed lease that voids the claim on the next op. '
+'Example: SELECT alk.heartbeat(42, ''worker-1'', 1, 600);';
+
+-- operations by id --------------------------------------------------------
+
+CREATE FUNCTION alk.cancel(queue text, job_id bigint)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM alk._check_name('queue', cancel.queue);
+    DELETE FROM alk.jobs j WHERE j.queue = cancel.queue AND j.id = job_id AND j.state <> 'dead';
+    RETURN FOUND;
+END
+$$;
+COMMENT ON FUNCTION alk.cancel(text, bigint) IS
+'Delete a pending or processing job whatever its lease; true if a row went. Dead jobs stay for inspection. '
+'Example: SELECT alk.cancel(''emails'', 42);';
+
+CREATE FUNCTION alk.get_job(queue text, job_id bigint)
+RETURNS alk.job
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    found_job alk.job;
+BEGIN
+    PERFORM alk._check_name('queue', get_job.queue);
+    SELECT j.id, j.queue, j.state, j.payload, j.priority, j.run_at, j.attempts, j.max_attempts,
+           j.worker_id, j.claimed_at, j.claim_expires_at, j.created_at, j.expires_at,
+           j.visibility_timeout_s, j.backoff_base_s, j.dead_letter_retention_s, j.last_error, j.died_at
+      INTO found_job
+      FROM alk.jobs j WHERE j.queue = get_job.queue AND j.id = job_id;
+    RETURN found_job;
+END
+$$;
+COMMENT ON FUNCTION alk.get_job(text, bigint) IS
+'The whole job row in any state, dead included, or NULL. Example: SELECT * FROM alk.get_job(''emails'', 42);';
+
+CREATE FUNCTION alk.sweep_expired(queue text)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    clock bigint := alk.now();
+    expired bigint;
+    purged bigint;
+BEGIN
+    PERFORM alk._check_name('queue', sweep_expired.queue);
+    -- Waiting rows past expiry, and processing rows past expiry whose lease
+    -- lapsed; a row with a valid lease is left to its owner.
+    UPDATE alk.jobs j
+       SET state = 'dead', last_error = 'expired', died_at = clock
+     WHERE j.queue = sweep_expired.queue
+       AND j.expires_at IS NOT NULL AND j.expires_at <= clock
+       AND (j.state = 'pending' OR (j.state = 'processing' AND j.claim_expires_at < clock));
+    GET DIAGNOSTICS expired = ROW_COUNT;
+    -- Dead rows past their retention.
+    DELETE FROM alk.jobs j
+     WHERE j.queue = sweep_expired.queue
+       AND j.state = 'dead'
+       AND j.dead_letter_retention_s IS NOT NULL
+       AND j.died_at <= alk._sat_sub(clock, j.dead_letter_retention_s);
+    GET DIAGNOSTICS purged = ROW_COUNT;
+    RETURN expired + purged;
+END
+$$;
+COMMENT ON FUNCTION alk.sweep_expired(text) IS
+'Bury expired waiting jobs (and expired jobs whose lease lapsed) as dead with ''expired'', and delete dead jobs whose '
+'died_at <= now - dead_letter_retention_s. Returns how many rows it changed. Example: SELECT alk.sweep_expired(''emails'');';
+
+REVOKE ALL ON ALL FUNCTIONS IN SCHEMA alk FROM PUBLIC;

@@ -1,0 +1,1 @@
+-- pyalk 0003: stream (reserved: being written; not yet landed)

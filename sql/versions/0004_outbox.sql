@@ -1,0 +1,1 @@
+-- pyalk 0004: outbox (reserved: being written; not yet landed)

@@ -1,0 +1,1 @@
+-- pyalk 0005: lock (reserved: being written; not yet landed)

@@ -1,0 +1,1 @@
+-- pyalk 0006: schedule (reserved: being written; not yet landed)

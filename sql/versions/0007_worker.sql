@@ -1,0 +1,1 @@
+-- pyalk 0007: worker (reserved: being written; not yet landed)
