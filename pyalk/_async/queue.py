@@ -1,0 +1,224 @@
+"""The queue: bindings of alk.enqueue, alk.claim and the claimed-job ops.
+
+Every rule (ready time, stamps, claim order, fencing, backoff, expiry) is in
+sql/versions/0002_queue.sql; this module only encodes arguments and decodes
+rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from pyalk import _codec
+from pyalk.job import JOB_COLUMNS, Job, job_from_row
+from pyalk.options import QueueOpts
+
+if TYPE_CHECKING:
+    from psycopg import AsyncConnection
+
+    from pyalk._async.client import AsyncAlk
+
+_ENQUEUE_OPTIONS = """
+    delay => %(delay)s::bigint, run_at => %(run_at)s::bigint, priority => %(priority)s::bigint,
+    max_attempts => %(max_attempts)s::bigint, expires => %(expires)s::bigint,
+    visibility_timeout_s => %(visibility_timeout_s)s::bigint, backoff_base_s => %(backoff_base_s)s::bigint,
+    dead_letter_retention_s => %(dead_letter_retention_s)s::bigint"""
+
+_ENQUEUE = "SELECT alk.enqueue(queue => %(queue)s, payload => %(payload)s::jsonb," + _ENQUEUE_OPTIONS + ")"
+_ENQUEUE_BATCH = (
+    "SELECT * FROM alk.enqueue_batch(queue => %(queue)s, payloads => %(payloads)s::jsonb[]," + _ENQUEUE_OPTIONS + ")"
+)
+_CLAIM = "SELECT " + JOB_COLUMNS + " FROM alk.claim(%(queue)s, %(worker_id)s, %(n)s::bigint)"
+_GET_JOB = "SELECT " + JOB_COLUMNS + " FROM alk.get_job(%(queue)s, %(job_id)s::bigint) WHERE id IS NOT NULL"
+
+
+class AsyncQueue:
+    """One queue, by name. Cheap to create: it holds no connection."""
+
+    def __init__(self, alk: AsyncAlk, name: str, opts: QueueOpts | None = None) -> None:
+        self._alk = alk
+        self.name = _codec.text(name, "queue")
+        self.opts = opts or QueueOpts()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.name!r})"
+
+    def _enqueue_params(
+        self,
+        delay: int | None,
+        run_at: int | None,
+        priority: int | None,
+        max_attempts: int | None,
+        expires: int | None,
+    ) -> dict[str, Any]:
+        opts = self.opts
+        return {
+            "queue": self.name,
+            "delay": _codec.bigint(delay, "delay"),
+            "run_at": _codec.bigint(run_at, "run_at"),
+            "priority": _codec.bigint(priority, "priority"),
+            "max_attempts": _codec.bigint(
+                max_attempts if max_attempts is not None else opts.max_attempts, "max_attempts"
+            ),
+            "expires": _codec.bigint(expires, "expires"),
+            "visibility_timeout_s": _codec.bigint(opts.visibility_timeout_s, "visibility_timeout_s"),
+            "backoff_base_s": _codec.bigint(opts.backoff_base_s, "backoff_base_s"),
+            "dead_letter_retention_s": _codec.bigint(opts.dead_letter_retention_s, "dead_letter_retention_s"),
+        }
+
+    async def enqueue(
+        self,
+        payload: Any,
+        *,
+        delay: int | None = None,
+        run_at: int | None = None,
+        priority: int | None = None,
+        max_attempts: int | None = None,
+        expires: int | None = None,
+        conn: AsyncConnection | None = None,
+    ) -> int:
+        """Enqueue one job and return its id (``conn``: inside the caller's transaction)."""
+        params = self._enqueue_params(delay, run_at, priority, max_attempts, expires)
+        params["payload"] = _codec.payload(payload)
+        return int(await self._alk._value(_ENQUEUE, params, conn=conn, transactional=True))
+
+    async def enqueue_batch(
+        self,
+        payloads: Iterable[Any],
+        *,
+        delay: int | None = None,
+        run_at: int | None = None,
+        priority: int | None = None,
+        max_attempts: int | None = None,
+        expires: int | None = None,
+        conn: AsyncConnection | None = None,
+    ) -> list[int]:
+        """Enqueue many jobs in one round trip; their ids in input order."""
+        params = self._enqueue_params(delay, run_at, priority, max_attempts, expires)
+        params["payloads"] = _codec.payloads(payloads)
+        rows = await self._alk._rows(_ENQUEUE_BATCH, params, conn=conn, transactional=True)
+        return [row[0] for row in rows]
+
+    async def claim_batch(self, worker_id: str, n: int) -> list[AsyncJobHandle]:
+        """Claim up to ``n`` due jobs (``n <= 0`` claims nothing)."""
+        params = {"queue": self.name, "worker_id": _codec.text(worker_id, "worker_id"), "n": _codec.bigint(n, "n")}
+        rows = await self._alk._rows(_CLAIM, params)
+        return [AsyncJobHandle(self._alk, job_from_row(row)) for row in rows]
+
+    async def claim_one(self, worker_id: str) -> AsyncJobHandle | None:
+        """Claim the next due job, or None when there is none."""
+        handles = await self.claim_batch(worker_id, 1)
+        return handles[0] if handles else None
+
+    async def ack_batch(self, worker_id: str, jobs: Iterable[int | Job | AsyncJobHandle]) -> int:
+        """Ack many claimed jobs in one round trip; how many were validly held.
+
+        Jobs given as :class:`Job` or handles carry their fencing token; bare
+        ids skip that check (worker and lease still apply).
+        """
+        ids: list[int | None] = []
+        attempts: list[int | None] = []
+        for item in jobs:
+            job = item.job if isinstance(item, AsyncJobHandle) else item
+            if isinstance(job, Job):
+                ids.append(job.id)
+                attempts.append(job.attempts)
+            else:
+                ids.append(_codec.bigint(job, "jobs"))
+                attempts.append(None)
+        params = {
+            "job_ids": ids,
+            "worker_id": _codec.text(worker_id, "worker_id"),
+            "attempts": attempts,
+            "queue": self.name,
+        }
+        return int(
+            await self._alk._value(
+                "SELECT alk.ack_batch(%(job_ids)s::bigint[], %(worker_id)s, %(attempts)s::bigint[], %(queue)s)",
+                params,
+            )
+        )
+
+    async def cancel(self, job_id: int) -> bool:
+        """Delete a pending or processing job; True if one went."""
+        params = {"queue": self.name, "job_id": _codec.bigint(job_id, "job_id")}
+        return bool(await self._alk._value("SELECT alk.cancel(%(queue)s, %(job_id)s::bigint)", params))
+
+    async def get_job(self, job_id: int, *, conn: AsyncConnection | None = None) -> Job | None:
+        """The job in any state (dead included), or None."""
+        params = {"queue": self.name, "job_id": _codec.bigint(job_id, "job_id")}
+        rows = await self._alk._rows(_GET_JOB, params, conn=conn, transactional=True)
+        return job_from_row(rows[0]) if rows else None
+
+    async def sweep_expired(self) -> int:
+        """Bury expired jobs and purge dead ones past retention; how many rows changed."""
+        return int(await self._alk._value("SELECT alk.sweep_expired(%(queue)s)", {"queue": self.name}))
+
+
+class AsyncJobHandle:
+    """A claimed job. Its ops carry the claim's fencing token (``attempts``),
+    so a handler whose claim lapsed and was re-claimed cannot touch the job."""
+
+    def __init__(self, alk: AsyncAlk, job: Job) -> None:
+        self._alk = alk
+        self.job = job
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(id={self.job.id}, queue={self.job.queue!r}, attempt={self.job.attempts})"
+
+    @property
+    def id(self) -> int:
+        return self.job.id
+
+    @property
+    def payload(self) -> Any:
+        return self.job.payload
+
+    def _params(self, **extra: Any) -> dict[str, Any]:
+        return {
+            "job_id": self.job.id,
+            "worker_id": self.job.worker_id,
+            "attempt": self.job.attempts,
+            "queue": self.job.queue,
+            **extra,
+        }
+
+    async def ack(self) -> bool:
+        """Done: delete the job. False when the claim is no longer valid."""
+        return bool(
+            await self._alk._value(
+                "SELECT alk.ack(%(job_id)s, %(worker_id)s, %(attempt)s, %(queue)s)", self._params()
+            )
+        )
+
+    async def retry(self, err: str | None = None, delay: int | None = None) -> bool:
+        """Back to pending after ``delay`` seconds, or the row's backoff curve."""
+        params = self._params(err=_codec.text(err, "err"), delay=_codec.bigint(delay, "delay"))
+        return bool(
+            await self._alk._value(
+                "SELECT alk.retry(%(job_id)s, %(worker_id)s, %(attempt)s, %(err)s, %(delay)s::bigint, %(queue)s)",
+                params,
+            )
+        )
+
+    async def fail(self, err: str | None = None) -> bool:
+        """Dead for good, with ``err`` (or 'failed') as its last error."""
+        params = self._params(err=_codec.text(err, "err"))
+        return bool(
+            await self._alk._value(
+                "SELECT alk.fail(%(job_id)s, %(worker_id)s, %(attempt)s, %(err)s, %(queue)s)", params
+            )
+        )
+
+    async def heartbeat(self, extend: int | None = None) -> bool:
+        """Extend the lease to now + ``extend`` seconds (the row's visibility timeout when None)."""
+        params = self._params(extend=_codec.bigint(extend, "extend"))
+        return bool(
+            await self._alk._value(
+                "SELECT alk.heartbeat(%(job_id)s, %(worker_id)s, %(attempt)s, %(extend)s::bigint, %(queue)s)",
+                params,
+            )
+        )
+
+
