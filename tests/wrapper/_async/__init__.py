@@ -1,0 +1,1 @@
+"""Wrapper tests written for asyncio; tools/unasync.py generates the sync twins."""
