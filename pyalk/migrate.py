@@ -10,10 +10,10 @@ from __future__ import annotations
 from typing import Any
 
 import psycopg
+from alembic import command, op
 from alembic.config import Config
 from sqlalchemy import create_engine, pool
 
-from alembic import command, op
 from pyalk._resources import alembic_dir
 from pyalk.install import VERSION_TABLE, versions
 
