@@ -1,0 +1,5 @@
+import sys
+
+from pyalk.cli import main
+
+sys.exit(main())
