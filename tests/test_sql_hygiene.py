@@ -1,0 +1,153 @@
+"""Promises about every function pyalk installs, checked in the catalog and
+in the source: pinned search_path, private tables, documented functions, one
+error-code table, generated sync code, a current SQL reference."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import psycopg
+import pytest
+import sqlglot
+from sqlglot.tokens import TokenType
+
+from pyalk.docgen import render
+from pyalk.errors import BY_SQLSTATE
+from pyalk.install import versions
+
+ROOT = Path(__file__).resolve().parent.parent
+
+#: Public functions with no Python binding, and why.
+SQL_ONLY = {
+    "now": "the clock; Python code reads it through the functions that use it",
+}
+
+
+def _public_in(acl: str | None) -> bool:
+    """Whether an aclitem[] text grants anything to PUBLIC (an empty grantee)."""
+    return acl is not None and any(item.startswith("=") for item in acl.strip("{}").split(","))
+
+
+def test_every_function_pins_search_path_and_public_ones_are_definer_and_documented(db):
+    rows = db.execute("""
+        SELECT p.proname, p.proconfig, p.prosecdef, obj_description(p.oid, 'pg_proc'), p.proacl::text
+        FROM pg_proc p WHERE p.pronamespace = 'alk'::regnamespace""").fetchall()
+    assert rows
+    for name, config, definer, comment, acl in rows:
+        assert config and "search_path=pg_catalog, pg_temp" in config, name
+        assert comment, f"alk.{name} has no COMMENT"
+        assert not _public_in(acl), f"PUBLIC may execute alk.{name}: {acl}"
+        if not name.startswith("_") and name != "now":
+            assert definer, f"alk.{name} should be SECURITY DEFINER"
+
+
+def test_public_has_no_rights_on_the_schema_or_tables(db):
+    schema_acl = db.execute("SELECT nspacl::text FROM pg_namespace WHERE nspname = 'alk'").fetchone()[0]
+    assert not _public_in(schema_acl)
+    for relname, acl in db.execute(
+            "SELECT relname, relacl::text FROM pg_class WHERE relnamespace = 'alk'::regnamespace"):
+        assert not _public_in(acl), (relname, acl)
+
+
+def test_granted_role_can_use_the_functions_but_not_the_tables(db, dsn):
+    role = "pyalk_app_" + str(abs(hash(dsn)) % 10**8)
+    db.execute(f'CREATE ROLE "{role}" LOGIN')
+    outsider = role + "_out"
+    db.execute(f'CREATE ROLE "{outsider}" LOGIN')
+    try:
+        # The recipe of docs/security.md, verbatim in shape.
+        db.execute(f'GRANT USAGE ON SCHEMA alk TO "{role}"')
+        db.execute(f'GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA alk TO "{role}"')
+        with psycopg.connect(dsn, user=role, autocommit=True) as app:
+            job_id = app.execute("SELECT alk.enqueue('q', '{}')").fetchone()[0]
+            assert app.execute("SELECT id FROM alk.claim('q', 'w', 1)").fetchone()[0] == job_id
+            assert app.execute("SELECT alk.ack(%s, 'w', 1)", [job_id]).fetchone()[0] is True
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                app.execute("SELECT * FROM alk.jobs")
+        with psycopg.connect(dsn, user=outsider, autocommit=True) as other, pytest.raises(
+                psycopg.errors.InsufficientPrivilege):
+            other.execute("SELECT alk.enqueue('q', '{}')")
+    finally:
+        db.execute(f'DROP OWNED BY "{role}"')
+        db.execute(f'DROP ROLE "{role}"')
+        db.execute(f'DROP ROLE "{outsider}"')
+
+
+def test_caller_search_path_cannot_redirect_a_function(db):
+    # A planted pg_temp/public function or table named like what alk uses
+    # changes nothing: bodies resolve in pg_catalog and alk only.
+    db.execute("CREATE TEMP TABLE jobs (id bigint)")
+    db.execute("CREATE FUNCTION pg_temp.now() RETURNS bigint LANGUAGE sql AS 'SELECT 1'")
+    db.execute("SET search_path = pg_temp, public")
+    db.execute("SELECT set_config('alk.now', '1700000000', false)")
+    job_id = db.execute("SELECT alk.enqueue('q', '1')").fetchone()[0]
+    assert db.execute("SELECT run_at FROM alk.get_job('q', %s)", [job_id]).fetchone()[0] == 1_700_000_000
+
+
+def _statements(text: str) -> list[list[sqlglot.tokens.Token]]:
+    """Split a SQL script into statements with sqlglot's tokenizer (it knows
+    dollar quoting and comments, so bodies stay whole)."""
+    statements: list[list[sqlglot.tokens.Token]] = [[]]
+    for token in sqlglot.tokenize(text, read="postgres"):
+        if token.token_type == TokenType.SEMICOLON:
+            statements.append([])
+        else:
+            statements[-1].append(token)
+    return [s for s in statements if s]
+
+
+def _created_functions() -> dict[str, str]:
+    """alk function name -> the version file that creates it, from sql/."""
+    found: dict[str, str] = {}
+    for version in versions():
+        for tokens in _statements(version.sql()):
+            words = [t.text.upper() for t in tokens[:4]]
+            if words[:2] == ["CREATE", "FUNCTION"] or words[:4] == ["CREATE", "OR", "REPLACE", "FUNCTION"]:
+                start = 2 if words[1] == "FUNCTION" else 4
+                schema, dot, name = (t.text for t in tokens[start:start + 3])
+                assert (schema, dot) == ("alk", "."), f"unqualified function in {version.path.name}"
+                body = " ".join(t.text for t in tokens)
+                assert "search_path" in body, f"alk.{name} in {version.path.name} does not pin search_path"
+                found.setdefault(name, version.path.name)
+    return found
+
+
+def test_migration_lint_every_function_is_qualified_and_pins_search_path():
+    assert "claim" in _created_functions()
+
+
+def test_every_public_function_is_bound_in_python_and_documented():
+    python = "\n".join(p.read_text() for p in (ROOT / "pyalk").rglob("*.py"))
+    docs = "\n".join(p.read_text() for p in (ROOT / "docs").glob("*.md") if p.name != "sql-reference.md")
+    for name in _created_functions():
+        if name.startswith("_"):
+            continue
+        assert f"alk.{name}(" in docs, f"alk.{name} has no example in docs/"
+        if name not in SQL_ONLY:
+            assert re.search(rf"alk\.{name}\(", python), f"alk.{name} is not bound in pyalk/"
+
+
+def test_error_codes_agree_between_sql_python_and_docs():
+    raised = set()
+    for version in versions():
+        raised |= set(re.findall(r"'(LK\d{3})'", version.sql()))
+    documented = set(re.findall(r"^\| `(LK\d{3})` \| `pyalk\.(\w+)`", (ROOT / "docs/errors.md").read_text(), re.M))
+    assert "LK000" not in raised
+    assert raised <= set(BY_SQLSTATE)
+    assert {code: cls.__name__ for code, cls in BY_SQLSTATE.items()} == dict(documented)
+
+
+def test_generated_sync_code_is_current():
+    result = subprocess.run([sys.executable, str(ROOT / "tools/unasync.py"), "--check"], capture_output=True,
+                            text=True)
+    assert result.returncode == 0, "run python tools/unasync.py: " + result.stdout
+
+
+def test_sql_reference_is_current(pg_server, template_db):
+    if pg_server.version // 10000 != 18:
+        pytest.skip("docs/sql-reference.md is rendered on PostgreSQL 18; other versions format defaults differently")
+    rendered = render(pg_server.dsn_for(template_db))
+    assert (ROOT / "docs/sql-reference.md").read_text() == rendered, "run python -m pyalk.docgen --dsn ..."
