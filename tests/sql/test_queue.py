@@ -6,7 +6,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import pin_clock
@@ -589,3 +589,25 @@ def test_empty_worker_id_is_refused_but_a_reserved_one_is_allowed(clocked):
     code, message = sqlstate_of(clocked, "SELECT * FROM alk.claim('q', '', 1)")
     assert code == "LK001" and "worker_id" in message
     assert len(claim(clocked, 1, worker="alk:scheduler")) == 1
+
+
+# claim order as a property --------------------------------------------------------
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    jobs=st.lists(st.tuples(st.integers(-3, 3), st.integers(NOW - 5, NOW + 2)), min_size=1, max_size=25),
+    batch=st.integers(1, 7),
+)
+def test_claims_drain_due_jobs_in_priority_run_at_id_order(clocked, jobs, batch):
+    queue = f"prop-{next(_queues)}"
+    ids = [enqueue(clocked, queue=queue, priority=priority, run_at=run_at) for priority, run_at in jobs]
+    due = [(-priority, run_at, job_id) for job_id, (priority, run_at) in zip(ids, jobs, strict=True) if run_at <= NOW]
+    claimed: list[int] = []
+    while rows := claim(clocked, batch, queue=queue):
+        assert len(rows) <= batch
+        claimed += [r["id"] for r in rows]
+    assert claimed == [job_id for _, _, job_id in sorted(due)]
+
+
+_queues = iter(range(10**9))
