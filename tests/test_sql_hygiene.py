@@ -26,6 +26,11 @@ SQL_ONLY = {
 }
 
 
+#: Hot-path expression helpers that carry no SET clause so the planner can
+#: inline them (sql/versions/0001_core.sql explains why).
+INLINABLE = {"now", "_sat_add", "_sat_sub"}
+
+
 def _public_in(acl: str | None) -> bool:
     """Whether an aclitem[] text grants anything to PUBLIC (an empty grantee)."""
     return acl is not None and any(item.startswith("=") for item in acl.strip("{}").split(","))
@@ -37,11 +42,34 @@ def test_every_function_pins_search_path_and_public_ones_are_definer_and_documen
         FROM pg_proc p WHERE p.pronamespace = 'alk'::regnamespace""").fetchall()
     assert rows
     for name, config, definer, comment, acl in rows:
-        assert config and "search_path=pg_catalog, pg_temp" in config, name
+        if name in INLINABLE:
+            assert config is None, f"alk.{name} must stay inlinable (no SET clause)"
+        else:
+            assert config and "search_path=pg_catalog, pg_temp" in config, name
         assert comment, f"alk.{name} has no COMMENT"
         assert not _public_in(acl), f"PUBLIC may execute alk.{name}: {acl}"
         if not name.startswith("_") and name != "now":
             assert definer, f"alk.{name} should be SECURITY DEFINER"
+
+
+def test_inlinable_helpers_cannot_be_redirected_by_search_path(db):
+    """No SET clause, so every function and operator must be qualified: strip
+    the qualified forms, literals and casts, and nothing resolvable remains."""
+    for name in INLINABLE:
+        language, body = db.execute(
+            "SELECT l.lanname, p.prosrc FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang "
+            "WHERE p.pronamespace = 'alk'::regnamespace AND p.proname = %s", [name]).fetchone()
+        assert language == "sql", name
+        assert db.execute("SELECT provolatile <> 'v' OR proname = 'now' FROM pg_proc "
+                          "WHERE pronamespace = 'alk'::regnamespace AND proname = %s", [name]).fetchone()[0]
+        rest = re.sub(r"'(?:[^']|'')*'", "''", body)  # string literals
+        rest = re.sub(r"OPERATOR\(pg_catalog\.[^)]+\)", " OP ", rest)
+        rest = re.sub(r"::(bigint|numeric|text)\b", " ", rest)
+        rest = re.sub(r"\b(pg_catalog|alk)\.\w+\s*\(", " (", rest)
+        assert not re.search(r"[<>=~+*/!|%^&-]", rest), f"alk.{name} has an unqualified operator: {rest}"
+        words = set(re.findall(r"\b[a-z_]+\b(?=\s*\()", rest)) - {"select", "case", "when", "then", "else", "and",
+                                                                      "or", "not", "null", "is", "end", "true"}
+        assert not words, f"alk.{name} calls unqualified functions: {words}"
 
 
 def test_public_has_no_rights_on_the_schema_or_tables(db):
@@ -110,7 +138,8 @@ def _created_functions() -> dict[str, str]:
                 schema, dot, name = (t.text for t in tokens[start:start + 3])
                 assert (schema, dot) == ("alk", "."), f"unqualified function in {version.path.name}"
                 body = " ".join(t.text for t in tokens)
-                assert "search_path" in body, f"alk.{name} in {version.path.name} does not pin search_path"
+                assert "search_path" in body or name in INLINABLE, (
+                    f"alk.{name} in {version.path.name} does not pin search_path")
                 found.setdefault(name, version.path.name)
     return found
 

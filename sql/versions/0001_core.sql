@@ -47,31 +47,48 @@ COMMENT ON FUNCTION alk._show(text) IS 'internal: a value quoted and shortened f
 
 -- The clock: integer unix seconds. A session may pin it for tests and
 -- replays with SET alk.now = '<integer>'; RESET (or an empty value) unpins.
-CREATE FUNCTION alk.now()
+--
+-- Hot-path helpers (alk.now and the saturating arithmetic below) are plain
+-- SQL expressions with no SET clause, so the planner inlines them into the
+-- calling statement: a SET clause would cost a call per use. They cannot be
+-- redirected by a caller's search_path: every function and operator in them
+-- is written pg_catalog-qualified (a test checks this).
+CREATE FUNCTION alk._clock_setting_invalid(setting text)
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
-DECLARE
-    pinned text := pg_catalog.current_setting('alk.now', true);
-    valid boolean;
 BEGIN
-    IF pinned IS NULL OR pinned = '' THEN
-        RETURN pg_catalog.floor(extract(epoch FROM pg_catalog.clock_timestamp()))::bigint;
-    END IF;
-    -- plpgsql's IF ends its condition at the first THEN, hence the variable.
-    valid := CASE WHEN pinned ~ '^\s*[-+]?[0-9]{1,19}\s*$'
-                  THEN pinned::numeric BETWEEN -9223372036854775808 AND 9223372036854775807
-                  ELSE false END;
-    IF NOT valid THEN
-        PERFORM alk._raise('LK002', 'setting alk.now must hold an integer number of unix seconds in the bigint range, got ' || alk._show(pinned));
-    END IF;
-    RETURN pinned::numeric::bigint;
+    PERFORM alk._raise('LK002', 'setting alk.now must hold an integer number of unix seconds in the bigint range, got '
+        || alk._show(setting));
+    RETURN NULL;
 END
+$$;
+COMMENT ON FUNCTION alk._clock_setting_invalid(text) IS 'internal: LK002 for an alk.now setting that is not a bigint';
+
+CREATE FUNCTION alk.now()
+RETURNS bigint
+LANGUAGE sql VOLATILE
+AS $$
+    SELECT CASE
+        WHEN pg_catalog.current_setting('alk.now', true) IS NULL
+          OR pg_catalog.current_setting('alk.now', true) OPERATOR(pg_catalog.=) ''
+            THEN pg_catalog.floor(pg_catalog.date_part('epoch', pg_catalog.clock_timestamp()))::bigint
+        WHEN pg_catalog.current_setting('alk.now', true) OPERATOR(pg_catalog.~) '^\s*[-+]?[0-9]{1,18}\s*$'
+            THEN pg_catalog.current_setting('alk.now', true)::bigint
+        WHEN pg_catalog.current_setting('alk.now', true) OPERATOR(pg_catalog.~) '^\s*[-+]?[0-9]{19}\s*$'
+         AND pg_catalog.current_setting('alk.now', true)::numeric
+             OPERATOR(pg_catalog.>=) '-9223372036854775808'::numeric
+         AND pg_catalog.current_setting('alk.now', true)::numeric
+             OPERATOR(pg_catalog.<=) '9223372036854775807'::numeric
+            THEN pg_catalog.current_setting('alk.now', true)::bigint
+        ELSE alk._clock_setting_invalid(pg_catalog.current_setting('alk.now', true))
+    END
 $$;
 COMMENT ON FUNCTION alk.now() IS
 'The clock every alk function reads once per call: integer unix seconds. '
-'SET alk.now = ''1700000000'' pins it for the session (tests, replays); RESET alk.now unpins.';
+'SET alk.now = ''1700000000'' pins it for the session (tests, replays); RESET alk.now unpins. '
+'Example: SELECT alk.now();';
 
 -- Name rule: non-empty text; the prefix alk: is reserved for pyalk's own
 -- names unless the caller is pyalk itself (reserved_ok).
@@ -94,15 +111,19 @@ COMMENT ON FUNCTION alk._check_name(text, text, boolean) IS 'internal: LK001 unl
 
 -- Saturating bigint arithmetic: stamp sums never raise "bigint out of range"
 -- and never poison a row; the result is clamped to the bigint domain.
+-- Inlinable (see alk.now): no SET clause, every operator qualified.
 CREATE FUNCTION alk._sat_add(a bigint, b bigint)
 RETURNS bigint
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT CASE
-        WHEN b > 0 AND a > 9223372036854775807 - b THEN 9223372036854775807
-        WHEN b < 0 AND a < -9223372036854775808 - b THEN -9223372036854775808
-        ELSE a + b
+        WHEN b OPERATOR(pg_catalog.>) 0
+         AND a OPERATOR(pg_catalog.>) (9223372036854775807 OPERATOR(pg_catalog.-) b)
+            THEN 9223372036854775807
+        WHEN b OPERATOR(pg_catalog.<) 0
+         AND a OPERATOR(pg_catalog.<) ('-9223372036854775808'::bigint OPERATOR(pg_catalog.-) b)
+            THEN '-9223372036854775808'::bigint
+        ELSE a OPERATOR(pg_catalog.+) b
     END
 $$;
 COMMENT ON FUNCTION alk._sat_add(bigint, bigint) IS 'internal: a + b clamped to the bigint range (NULL if either is NULL)';
@@ -110,17 +131,21 @@ COMMENT ON FUNCTION alk._sat_add(bigint, bigint) IS 'internal: a + b clamped to 
 CREATE FUNCTION alk._sat_sub(a bigint, b bigint)
 RETURNS bigint
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT CASE
-        WHEN b < 0 AND a > 9223372036854775807 + b THEN 9223372036854775807
-        WHEN b > 0 AND a < -9223372036854775808 + b THEN -9223372036854775808
-        ELSE a - b
+        WHEN b OPERATOR(pg_catalog.<) 0
+         AND a OPERATOR(pg_catalog.>) (9223372036854775807 OPERATOR(pg_catalog.+) b)
+            THEN 9223372036854775807
+        WHEN b OPERATOR(pg_catalog.>) 0
+         AND a OPERATOR(pg_catalog.<) ('-9223372036854775808'::bigint OPERATOR(pg_catalog.+) b)
+            THEN '-9223372036854775808'::bigint
+        ELSE a OPERATOR(pg_catalog.-) b
     END
 $$;
 COMMENT ON FUNCTION alk._sat_sub(bigint, bigint) IS 'internal: a - b clamped to the bigint range (NULL if either is NULL)';
 
--- base * 2^exponent, clamped; exponent < 0 counts as 0.
+-- base * 2^exponent, clamped; exponent < 0 counts as 0. Off the hot path
+-- (retry only), so it keeps the usual pinned search_path.
 CREATE FUNCTION alk._sat_mul_pow2(base bigint, exponent bigint)
 RETURNS bigint
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
