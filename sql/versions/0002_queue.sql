@@ -224,7 +224,8 @@ DECLARE
     clock bigint := alk.now();
     wanted bigint := n;
     picked bigint[];
-    buried integer;
+    claimed bigint;
+    buried bigint;
 BEGIN
     PERFORM alk._check_name('queue', claim.queue);
     PERFORM alk._check_name('worker_id', claim.worker_id, true);
@@ -253,33 +254,38 @@ BEGIN
                 ORDER BY priority DESC, run_at, id LIMIT wanted) c;
         EXIT WHEN picked IS NULL;
 
-        -- Due rows that can no longer run are buried, not claimed.
-        UPDATE alk.jobs j
-           SET state = 'dead',
-               died_at = clock,
-               last_error = CASE WHEN j.attempts >= j.max_attempts THEN 'max attempts exceeded' ELSE 'expired' END
-         WHERE j.queue = claim.queue AND j.id = ANY (picked)
-           AND (j.attempts >= j.max_attempts OR j.expires_at <= clock);
-        GET DIAGNOSTICS buried = ROW_COUNT;
-
+        -- One update claims the live rows and buries the due rows that can
+        -- no longer run (out of attempts, or expired).
         RETURN QUERY
-        WITH claimed AS (
+        WITH moved AS (
             UPDATE alk.jobs j
-               SET state = 'processing',
-                   worker_id = claim.worker_id,
-                   claimed_at = clock,
-                   claim_expires_at = alk._sat_add(clock, j.visibility_timeout_s),
-                   attempts = j.attempts + 1
-             WHERE j.queue = claim.queue AND j.id = ANY (picked) AND j.state <> 'dead'
+               SET state = CASE WHEN j.attempts >= j.max_attempts OR j.expires_at <= clock
+                                THEN 'dead' ELSE 'processing' END,
+                   died_at = CASE WHEN j.attempts >= j.max_attempts OR j.expires_at <= clock THEN clock END,
+                   last_error = CASE WHEN j.attempts >= j.max_attempts THEN 'max attempts exceeded'
+                                     WHEN j.expires_at <= clock THEN 'expired' END,
+                   worker_id = CASE WHEN j.attempts >= j.max_attempts OR j.expires_at <= clock
+                                    THEN j.worker_id ELSE claim.worker_id END,
+                   claimed_at = CASE WHEN j.attempts >= j.max_attempts OR j.expires_at <= clock
+                                     THEN j.claimed_at ELSE clock END,
+                   claim_expires_at = CASE WHEN j.attempts >= j.max_attempts OR j.expires_at <= clock
+                                           THEN j.claim_expires_at
+                                           ELSE alk._sat_add(clock, j.visibility_timeout_s) END,
+                   attempts = CASE WHEN j.attempts >= j.max_attempts OR j.expires_at <= clock
+                                   THEN j.attempts ELSE j.attempts + 1 END
+             WHERE j.id = ANY (picked) AND j.queue = claim.queue
             RETURNING j.*
         )
         SELECT c.id, c.queue, c.state, c.payload, c.priority, c.run_at, c.attempts, c.max_attempts,
                c.worker_id, c.claimed_at, c.claim_expires_at, c.created_at, c.expires_at,
                c.visibility_timeout_s, c.backoff_base_s, c.dead_letter_retention_s, c.last_error, c.died_at
-          FROM claimed c
+          FROM moved c
+         WHERE c.state = 'processing'
          ORDER BY c.priority DESC, c.run_at, c.id;
+        GET DIAGNOSTICS claimed = ROW_COUNT;
+        buried := cardinality(picked) - claimed;
 
-        wanted := wanted - (cardinality(picked) - buried);
+        wanted := wanted - claimed;
         -- Only burying leaves room to look again; otherwise the queue is empty
         -- of claimable rows (or we have enough).
         EXIT WHEN buried = 0 OR wanted <= 0;
