@@ -90,8 +90,12 @@ COMMENT ON FUNCTION alk.now() IS
 'SET alk.now = ''1700000000'' pins it for the session (tests, replays); RESET alk.now unpins. '
 'Example: SELECT alk.now();';
 
--- Name rule: non-empty text; the prefix alk: is reserved for pyalk's own
--- names unless the caller is pyalk itself (reserved_ok).
+-- Name rule: non-empty text of at most 1024 bytes; the prefix alk: is
+-- reserved for pyalk's own names unless the caller is pyalk itself
+-- (reserved_ok). Names lead index keys, and a btree entry stops at 2704
+-- bytes: the cap turns what would be a raw "index row size" failure deep in
+-- an insert into an LK001 naming the argument, with room for pyalk's
+-- prefixes (alk:outbox:<name>).
 CREATE FUNCTION alk._check_name(argument text, value text, reserved_ok boolean DEFAULT false)
 RETURNS text
 LANGUAGE plpgsql IMMUTABLE
@@ -101,13 +105,17 @@ BEGIN
     IF value IS NULL OR value = '' THEN
         PERFORM alk._raise('LK001', argument || ' must be a non-empty name, got ' || alk._show(value));
     END IF;
+    IF pg_catalog.octet_length(value) > 1024 THEN
+        PERFORM alk._raise('LK001', argument || ' must be at most 1024 bytes long, got '
+            || pg_catalog.octet_length(value) || ' bytes: ' || alk._show(value));
+    END IF;
     IF NOT reserved_ok AND pg_catalog.starts_with(value, 'alk:') THEN
         PERFORM alk._raise('LK001', argument || ' ' || alk._show(value) || ' uses the reserved prefix ''alk:''');
     END IF;
     RETURN value;
 END
 $$;
-COMMENT ON FUNCTION alk._check_name(text, text, boolean) IS 'internal: LK001 unless value is a non-empty name outside the reserved alk: prefix';
+COMMENT ON FUNCTION alk._check_name(text, text, boolean) IS 'internal: LK001 unless value is a non-empty name of at most 1024 bytes outside the reserved alk: prefix';
 
 -- Saturating bigint arithmetic: stamp sums never raise "bigint out of range"
 -- and never poison a row; the result is clamped to the bigint domain.

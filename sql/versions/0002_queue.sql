@@ -214,9 +214,11 @@ COMMENT ON FUNCTION alk.enqueue_batch(text, jsonb[], bigint, bigint, bigint, big
 
 -- claim ---------------------------------------------------------------------
 
-CREATE FUNCTION alk.claim(queue text, worker_id text, n bigint DEFAULT 1)
+-- The claim rule, once: alk.claim and the outbox's claim call it with a
+-- validated queue name (plain or reserved).
+CREATE FUNCTION alk._claim(queue text, worker_id text, n bigint)
 RETURNS SETOF alk.job
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_column
@@ -227,8 +229,7 @@ DECLARE
     claimed bigint;
     buried bigint;
 BEGIN
-    PERFORM alk._check_name('queue', claim.queue);
-    PERFORM alk._check_name('worker_id', claim.worker_id, true);
+    PERFORM alk._check_name('worker_id', _claim.worker_id, true);
     -- An extent: n <= 0 (or NULL) claims nothing.
     IF wanted IS NULL OR wanted <= 0 THEN
         RETURN;
@@ -238,13 +239,13 @@ BEGIN
         -- rows whose run_at has come, and processing rows whose lease lapsed.
         WITH due AS (
             SELECT j.id, j.priority, j.run_at FROM alk.jobs j
-             WHERE j.queue = claim.queue AND j.state = 'pending' AND j.run_at <= clock
+             WHERE j.queue = _claim.queue AND j.state = 'pending' AND j.run_at <= clock
              ORDER BY j.priority DESC, j.run_at, j.id
              LIMIT wanted
                FOR UPDATE SKIP LOCKED
         ), lapsed AS (
             SELECT j.id, j.priority, j.run_at FROM alk.jobs j
-             WHERE j.queue = claim.queue AND j.state = 'processing' AND j.claim_expires_at < clock
+             WHERE j.queue = _claim.queue AND j.state = 'processing' AND j.claim_expires_at < clock
              ORDER BY j.priority DESC, j.run_at, j.id
              LIMIT wanted
                FOR UPDATE SKIP LOCKED
@@ -265,7 +266,7 @@ BEGIN
                    last_error = CASE WHEN j.attempts >= j.max_attempts THEN 'max attempts exceeded'
                                      WHEN j.expires_at <= clock THEN 'expired' END,
                    worker_id = CASE WHEN j.attempts >= j.max_attempts OR j.expires_at <= clock
-                                    THEN j.worker_id ELSE claim.worker_id END,
+                                    THEN j.worker_id ELSE _claim.worker_id END,
                    claimed_at = CASE WHEN j.attempts >= j.max_attempts OR j.expires_at <= clock
                                      THEN j.claimed_at ELSE clock END,
                    claim_expires_at = CASE WHEN j.attempts >= j.max_attempts OR j.expires_at <= clock
@@ -273,7 +274,7 @@ BEGIN
                                            ELSE alk._sat_add(clock, j.visibility_timeout_s) END,
                    attempts = CASE WHEN j.attempts >= j.max_attempts OR j.expires_at <= clock
                                    THEN j.attempts ELSE j.attempts + 1 END
-             WHERE j.id = ANY (picked) AND j.queue = claim.queue
+             WHERE j.id = ANY (picked) AND j.queue = _claim.queue
             RETURNING j.*
         )
         SELECT c.id, c.queue, c.state, c.payload, c.priority, c.run_at, c.attempts, c.max_attempts,
@@ -290,6 +291,17 @@ BEGIN
         -- of claimable rows (or we have enough).
         EXIT WHEN buried = 0 OR wanted <= 0;
     END LOOP;
+END
+$$;
+COMMENT ON FUNCTION alk._claim(text, text, bigint) IS 'internal: the claim rule for an already validated queue name';
+
+CREATE FUNCTION alk.claim(queue text, worker_id text, n bigint DEFAULT 1)
+RETURNS SETOF alk.job
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RETURN QUERY SELECT * FROM alk._claim(alk._check_name('queue', queue), worker_id, n);
 END
 $$;
 COMMENT ON FUNCTION alk.claim(text, text, bigint) IS
@@ -454,29 +466,39 @@ COMMENT ON FUNCTION alk.cancel(text, bigint) IS
 'Delete a pending or processing job whatever its lease; true if a row went. Dead jobs stay for inspection. '
 'Example: SELECT alk.cancel(''emails'', 42);';
 
-CREATE FUNCTION alk.get_job(queue text, job_id bigint)
+CREATE FUNCTION alk._get_job(queue text, job_id bigint)
 RETURNS alk.job
-LANGUAGE plpgsql STABLE SECURITY DEFINER
+LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     found_job alk.job;
 BEGIN
-    PERFORM alk._check_name('queue', get_job.queue);
     SELECT j.id, j.queue, j.state, j.payload, j.priority, j.run_at, j.attempts, j.max_attempts,
            j.worker_id, j.claimed_at, j.claim_expires_at, j.created_at, j.expires_at,
            j.visibility_timeout_s, j.backoff_base_s, j.dead_letter_retention_s, j.last_error, j.died_at
       INTO found_job
-      FROM alk.jobs j WHERE j.queue = get_job.queue AND j.id = job_id;
+      FROM alk.jobs j WHERE j.queue = _get_job.queue AND j.id = job_id;
     RETURN found_job;
+END
+$$;
+COMMENT ON FUNCTION alk._get_job(text, bigint) IS 'internal: get_job for an already validated queue name';
+
+CREATE FUNCTION alk.get_job(queue text, job_id bigint)
+RETURNS alk.job
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RETURN alk._get_job(alk._check_name('queue', queue), job_id);
 END
 $$;
 COMMENT ON FUNCTION alk.get_job(text, bigint) IS
 'The whole job row in any state, dead included, or NULL. Example: SELECT * FROM alk.get_job(''emails'', 42);';
 
-CREATE FUNCTION alk.sweep_expired(queue text)
+CREATE FUNCTION alk._sweep_expired(queue text)
 RETURNS bigint
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
@@ -484,23 +506,33 @@ DECLARE
     expired bigint;
     purged bigint;
 BEGIN
-    PERFORM alk._check_name('queue', sweep_expired.queue);
     -- Waiting rows past expiry, and processing rows past expiry whose lease
     -- lapsed; a row with a valid lease is left to its owner.
     UPDATE alk.jobs j
        SET state = 'dead', last_error = 'expired', died_at = clock
-     WHERE j.queue = sweep_expired.queue
+     WHERE j.queue = _sweep_expired.queue
        AND j.expires_at IS NOT NULL AND j.expires_at <= clock
        AND (j.state = 'pending' OR (j.state = 'processing' AND j.claim_expires_at < clock));
     GET DIAGNOSTICS expired = ROW_COUNT;
     -- Dead rows past their retention.
     DELETE FROM alk.jobs j
-     WHERE j.queue = sweep_expired.queue
+     WHERE j.queue = _sweep_expired.queue
        AND j.state = 'dead'
        AND j.dead_letter_retention_s IS NOT NULL
        AND j.died_at <= alk._sat_sub(clock, j.dead_letter_retention_s);
     GET DIAGNOSTICS purged = ROW_COUNT;
     RETURN expired + purged;
+END
+$$;
+COMMENT ON FUNCTION alk._sweep_expired(text) IS 'internal: sweep_expired for an already validated queue name';
+
+CREATE FUNCTION alk.sweep_expired(queue text)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RETURN alk._sweep_expired(alk._check_name('queue', queue));
 END
 $$;
 COMMENT ON FUNCTION alk.sweep_expired(text) IS

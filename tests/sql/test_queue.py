@@ -542,7 +542,7 @@ HOSTILE_NAMES = [
     "it's",
     'say "hi"',
     "'; DROP TABLE alk.jobs; --",
-    "x" * 10_000,
+    "x" * 1024,
     "очередь/队列/🚀",
     " ",
     "alk",
@@ -611,3 +611,13 @@ def test_claims_drain_due_jobs_in_priority_run_at_id_order(clocked, jobs, batch)
 
 
 _queues = iter(range(10**9))
+
+
+def test_names_over_1024_bytes_are_refused_before_they_reach_an_index(clocked):
+    incompressible = "".join(f"{i:08x}" for i in range(1250))  # 10,000 characters
+    code, message = sqlstate_of(clocked, "SELECT alk.enqueue(%s, '1')", incompressible)
+    assert code == "LK001" and "queue must be at most 1024 bytes long, got 10000 bytes" in message
+    code, _ = sqlstate_of(clocked, "SELECT alk.enqueue(%s, '1')", "é" * 513)  # 1026 bytes
+    assert code == "LK001"
+    assert enqueue(clocked, queue="é" * 512)  # exactly 1024 bytes
+    assert count_jobs(clocked) == 1
