@@ -1,0 +1,164 @@
+"""The outbox: bindings of alk.outbox_enqueue, alk.outbox_claim and the
+delivery loop step ``run_once``.
+
+The rules (backing queue ``alk:outbox:<name>``, the outbox stamps, claim,
+fencing, backoff) are in sql/versions/0004_outbox.sql and 0002_queue.sql;
+this module encodes arguments, decodes rows and settles a delivery.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+from pyalk import _codec
+from pyalk._async.queue import _ENQUEUE_OPTIONS, AsyncJobHandle, AsyncQueue
+from pyalk.job import JOB_COLUMNS, Job, job_from_row
+from pyalk.options import QueueOpts
+
+if TYPE_CHECKING:
+    from psycopg import AsyncConnection
+
+    from pyalk._async.client import AsyncAlk
+
+logger = logging.getLogger("pyalk.outbox")
+
+_ENQUEUE = "SELECT alk.outbox_enqueue(outbox => %(queue)s, payload => %(payload)s::jsonb," + _ENQUEUE_OPTIONS + ")"
+_ENQUEUE_BATCH = (
+    "SELECT * FROM alk.outbox_enqueue_batch(outbox => %(queue)s, payloads => %(payloads)s::jsonb[],"
+    + _ENQUEUE_OPTIONS
+    + ")"
+)
+_CLAIM = "SELECT " + JOB_COLUMNS + " FROM alk.outbox_claim(%(outbox)s, %(worker_id)s, %(n)s::bigint)"
+_GET_JOB = (
+    "SELECT " + JOB_COLUMNS + " FROM alk.outbox_get_job(%(outbox)s, %(job_id)s::bigint) WHERE id IS NOT NULL"
+)
+
+#: What a delivery callable receives: the claimed message, whose ``payload``
+#: is the enqueued value and whose ``heartbeat`` extends a long delivery.
+Delivery = Callable[[AsyncJobHandle], Awaitable[None]]
+
+
+def _error_text(error: BaseException) -> str:
+    """The ``err`` a failed delivery records: ``str(error)``, or the class name
+    when that is empty; NUL (which text cannot hold) shown as ``\\0``."""
+    return (str(error) or type(error).__name__).replace("\x00", "\\0")
+
+
+class AsyncOutbox:
+    """One outbox, by name: messages written with the caller's transaction,
+    delivered afterwards at least once by :meth:`run_once` loops.
+
+    ``opts`` overrides the outbox stamps (None fields keep the SQL defaults:
+    60 s visibility, 5 attempts, 5 s backoff base, dead rows kept forever).
+    """
+
+    def __init__(self, alk: AsyncAlk, name: str, opts: QueueOpts | None = None) -> None:
+        self._alk = alk
+        # Binds the enqueue options exactly as a queue handle does; the name
+        # goes to alk.outbox_* functions, which derive the backing queue.
+        self._options = AsyncQueue(alk, name, opts)
+        self.name = self._options.name
+        self.opts = self._options.opts
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.name!r})"
+
+    async def enqueue(
+        self,
+        payload: Any,
+        *,
+        delay: int | None = None,
+        run_at: int | None = None,
+        priority: int | None = None,
+        max_attempts: int | None = None,
+        expires: int | None = None,
+        conn: AsyncConnection | None = None,
+    ) -> int:
+        """Write one message and return its job id.
+
+        Pass ``conn`` (a psycopg connection inside your transaction) so the
+        message commits or rolls back with your own writes; pyalk never
+        commits or rolls back a connection it was given.
+        """
+        params = self._options._enqueue_params(delay, run_at, priority, max_attempts, expires)
+        params["payload"] = _codec.payload(payload)
+        return int(await self._alk._value(_ENQUEUE, params, conn=conn, transactional=True))
+
+    async def enqueue_batch(
+        self,
+        payloads: Iterable[Any],
+        *,
+        delay: int | None = None,
+        run_at: int | None = None,
+        priority: int | None = None,
+        max_attempts: int | None = None,
+        expires: int | None = None,
+        conn: AsyncConnection | None = None,
+    ) -> list[int]:
+        """Write many messages in one round trip; their job ids in input order."""
+        params = self._options._enqueue_params(delay, run_at, priority, max_attempts, expires)
+        params["payloads"] = _codec.payloads(payloads)
+        rows = await self._alk._rows(_ENQUEUE_BATCH, params, conn=conn, transactional=True)
+        return [row[0] for row in rows]
+
+    async def claim_batch(self, worker_id: str, n: int) -> list[AsyncJobHandle]:
+        """Claim up to ``n`` due messages (``n <= 0`` claims nothing); settle
+        each with ``ack()`` or ``retry(err)``. :meth:`run_once` does both."""
+        params = {"outbox": self.name, "worker_id": _codec.text(worker_id, "worker_id"), "n": _codec.bigint(n, "n")}
+        rows = await self._alk._rows(_CLAIM, params)
+        return [AsyncJobHandle(self._alk, job_from_row(row)) for row in rows]
+
+    async def claim_one(self, worker_id: str) -> AsyncJobHandle | None:
+        """Claim the next due message, or None when there is none."""
+        handles = await self.claim_batch(worker_id, 1)
+        return handles[0] if handles else None
+
+    async def get_job(self, job_id: int, *, conn: AsyncConnection | None = None) -> Job | None:
+        """The message in any state (dead included, ``last_error`` says why),
+        or None once it was delivered."""
+        params = {"outbox": self.name, "job_id": _codec.bigint(job_id, "job_id")}
+        rows = await self._alk._rows(_GET_JOB, params, conn=conn, transactional=True)
+        return job_from_row(rows[0]) if rows else None
+
+    async def sweep_expired(self) -> int:
+        """Bury expired messages and purge dead ones past their retention;
+        how many rows changed."""
+        return int(await self._alk._value("SELECT alk.outbox_sweep_expired(%(outbox)s)", {"outbox": self.name}))
+
+    async def run_once(self, worker_id: str, delivery: Delivery) -> bool:
+        """Claim one message and deliver it; False when none was due.
+
+        ``delivery(message)`` returning means delivered: the message is
+        acked. Raising an :class:`Exception` means not delivered: the message
+        is retried with ``str(error)`` on the row's backoff curve
+        (``backoff_base_s * 2^(attempts-1)``), and dead once its attempts are
+        spent. Either way run_once returns True.
+
+        The settling op carries the claim's fencing token: if the delivery
+        outlived the visibility timeout and the message was claimed again,
+        the stale ack (or retry) changes nothing and a warning is logged;
+        the message stays with its new claim.
+        """
+        message = await self.claim_one(worker_id)
+        if message is None:
+            return False
+        try:
+            await delivery(message)
+        except Exception as error:
+            settled = await message.retry(_error_text(error))
+            outcome = "retry"
+        else:
+            settled = await message.ack()
+            outcome = "ack"
+        if not settled:
+            logger.warning(
+                "outbox %r: the %s of message %s (attempt %s) was refused: its claim lapsed or was taken over "
+                "before the delivery finished",
+                self.name,
+                outcome,
+                message.id,
+                message.job.attempts,
+            )
+        return True
