@@ -104,6 +104,31 @@ def test_granted_role_can_use_the_functions_but_not_the_tables(db, dsn):
         db.execute(f'DROP ROLE "{outsider}"')
 
 
+def test_least_privilege_recipe_grants_the_public_functions_only(db, dsn):
+    role = "pyalk_lp_" + str(abs(hash(dsn)) % 10**8)
+    db.execute(f'CREATE ROLE "{role}" LOGIN')
+    try:
+        db.execute(f'GRANT USAGE ON SCHEMA alk TO "{role}"')
+        # The DO block of docs/security.md.
+        db.execute(f"""DO $$
+            DECLARE f regprocedure;
+            BEGIN
+                FOR f IN SELECT p.oid::regprocedure FROM pg_proc p
+                         WHERE p.pronamespace = 'alk'::regnamespace AND p.proname !~ '^_' LOOP
+                    EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO "{role}"', f);
+                END LOOP;
+            END $$""")
+        with psycopg.connect(dsn, user=role, autocommit=True) as app:
+            job_id = app.execute("SELECT alk.enqueue('q', '{}')").fetchone()[0]
+            assert app.execute("SELECT id FROM alk.claim('q', 'w', 1)").fetchone()[0] == job_id
+            assert app.execute("SELECT alk.try_lock('l', 'me', 60)").fetchone()[0] is True
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                app.execute("SELECT alk._try_lock('alk:scheduler', 'me', 60)")
+    finally:
+        db.execute(f'DROP OWNED BY "{role}"')
+        db.execute(f'DROP ROLE "{role}"')
+
+
 def test_caller_search_path_cannot_redirect_a_function(db):
     # A planted pg_temp/public function or table named like what alk uses
     # changes nothing: bodies resolve in pg_catalog and alk only.
