@@ -535,6 +535,20 @@ def test_saturating_add_and_sub_match_clamped_integer_arithmetic(pg_server, temp
     assert subtracted == max(MIN, min(MAX, a - b))
 
 
+@settings(max_examples=300, deadline=None)
+@given(
+    died_at=st.one_of(st.integers(MIN, MAX), st.sampled_from([MIN, MIN + 1, -1, 0, 1, MAX - 1, MAX])),
+    retention=st.one_of(st.integers(MIN, MAX), st.sampled_from([MIN, -1, 0, 1, MAX])),
+    now=st.one_of(st.integers(MIN, MAX), st.sampled_from([MIN, 0, MAX])),
+)
+def test_purge_instant_matches_the_retention_rule(pg_server, template_db, died_at, retention, now):
+    # The sweep deletes rows with purge_at <= now; the contract says died_at <= sat(now - retention).
+    with psycopg.connect(pg_server.dsn_for(template_db), autocommit=True) as conn:
+        purge_at = conn.execute("SELECT alk._purge_at(%s, %s)", [died_at, retention]).fetchone()[0]
+    due = purge_at is not None and purge_at <= now
+    assert due == (died_at <= max(MIN, min(MAX, now - retention)))
+
+
 # names -----------------------------------------------------------------------------
 
 
