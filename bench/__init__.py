@@ -1,0 +1,1 @@
+"""pyalk's benchmark suite (issue 7): ``python -m bench`` (see bench/README.md)."""

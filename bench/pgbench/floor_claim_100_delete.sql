@@ -1,0 +1,13 @@
+-- Floor: UPDATE ... WHERE id IN (SELECT ... FOR UPDATE SKIP LOCKED LIMIT 100), then one DELETE.
+WITH claimed AS (
+    UPDATE alk_floor.jobs
+       SET state = 'processing', worker_id = 'w' || :client_id, attempts = attempts + 1,
+           claim_expires_at = extract(epoch FROM clock_timestamp())::bigint + 300
+     WHERE id IN (SELECT id FROM alk_floor.jobs
+                   WHERE queue = 'bench' AND state = 'pending'
+                   ORDER BY priority DESC, run_at, id
+                   LIMIT 100 FOR UPDATE SKIP LOCKED)
+    RETURNING id, attempts, payload
+)
+SELECT array_agg(id) AS job_ids, array_agg(attempts) AS attempts, count(payload) AS n FROM claimed \gset
+DELETE FROM alk_floor.jobs WHERE id = ANY (:job_ids::bigint[]);

@@ -1,0 +1,113 @@
+"""Issue 7 §2: end to end in Python. Enqueue N no-op jobs and process them,
+pyalk's worker side by side with Procrastinate, PgQueuer and graphile-worker,
+each in its own database on the same server in the same run, at
+concurrency 1 and 10. Each runner is a subprocess (bench/peers/)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from typing import Any
+
+from bench.peers import pyalk_worker
+from bench.registry import Context, RowResult, row
+
+#: Runner modules in bench/peers/, pyalk first. A peer that cannot run here
+#: (not installed) is reported as unavailable, not as an error.
+PEERS: dict[str, str] = {
+    "pyalk": "bench.peers.pyalk_worker",
+    "procrastinate": "bench.peers.procrastinate_peer",
+    "pgqueuer": "bench.peers.pgqueuer_peer",
+    "graphile-worker": "bench.peers.graphile_peer",
+}
+
+
+def run_peer(ctx: Context, name: str, jobs: int, concurrency: int) -> dict[str, Any]:
+    module = PEERS[name]
+    with ctx.server.fresh_db(f"alk_bench_{name.replace('-', '_')}", pyalk=name == "pyalk", floor=False) as db:
+        args = [
+            ctx.peers_python or sys.executable,
+            "-m",
+            module,
+            "--dsn",
+            ctx.server.dsn_for(db),
+            "--url",
+            ctx.server.url_for(db),
+            "--jobs",
+            str(jobs),
+            "--concurrency",
+            str(concurrency),
+        ]
+        if ctx.peers_dir:
+            args += ["--node-modules", ctx.peers_dir]
+        timeout = 120 + jobs / 20  # a generous bound: 20 jobs/s
+        args += ["--timeout", str(timeout)]
+        proc = subprocess.run(args, capture_output=True, text=True, timeout=timeout + 30, check=False)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    if proc.returncode == 3 and lines:
+        return {"peer": name, "unavailable": json.loads(lines[-1])["unavailable"]}
+    if proc.returncode != 0 or not lines:
+        return {"peer": name, "error": (proc.stderr or proc.stdout)[-2000:]}
+    return dict(json.loads(lines[-1]))
+
+
+@row(
+    "e2e.process",
+    "e2e",
+    "enqueue and process N no-op jobs",
+    "Each system enqueues N no-op jobs with its bulk API, then its worker (configured as its docs "
+    "recommend for throughput) processes them; jobs/s = N / time from worker start to the N-th "
+    "handler run. Target: pyalk >= 3x the best peer at equal concurrency.",
+)
+def e2e_process(ctx: Context) -> RowResult:
+    started = time.perf_counter()
+    mode = ctx.mode
+    results: list[dict[str, Any]] = []
+    ctx.progress.start("end to end: pyalk vs peers", total=len(PEERS) * len(mode.e2e_concurrency))
+    for concurrency in mode.e2e_concurrency:
+        for name in PEERS:
+            ctx.progress.note(f"{name} at concurrency {concurrency}")
+            result = run_peer(ctx, name, mode.e2e_jobs, concurrency)
+            result["concurrency"] = concurrency
+            results.append(result)
+            ctx.progress.advance()
+    records: list[dict[str, Any]] = []
+    notes: list[str] = []
+    for concurrency in mode.e2e_concurrency:
+        here = [r for r in results if r["concurrency"] == concurrency]
+        peers_ok = [r for r in here if r.get("jobs_per_s") and r["peer"] != "pyalk"]
+        best = max(peers_ok, key=lambda r: r["jobs_per_s"]) if peers_ok else None
+        for r in here:
+            record: dict[str, Any] = {
+                "concurrency": concurrency,
+                "system": r["peer"],
+                "version": r.get("version", ""),
+                "process jobs/s": round(r["jobs_per_s"], 1) if r.get("jobs_per_s") else None,
+                "enqueue jobs/s": round(r["enqueue_jobs_per_s"], 1) if r.get("enqueue_jobs_per_s") else None,
+                "vs best peer": (
+                    round(r["jobs_per_s"] / best["jobs_per_s"], 3) if best and r.get("jobs_per_s") else None
+                ),
+                "status": "ok" if r.get("jobs_per_s") else ("pending" if "unavailable" in r else "error"),
+            }
+            records.append(record)
+            if "unavailable" in r:
+                notes.append(f"{r['peer']} (concurrency {concurrency}): {r['unavailable']}")
+            if "error" in r:
+                notes.append(f"{r['peer']} (concurrency {concurrency}) failed: {r['error'][-300:]}")
+    settings = {r["peer"]: r.get("settings") for r in results if r.get("settings")}
+    notes.append(f"N = {mode.e2e_jobs:,} jobs per system and concurrency; server settings as stated above.")
+    notes.append("Peer settings: " + "; ".join(f"{k}: {json.dumps(v)}" for k, v in settings.items()))
+    if pyalk_worker.missing():
+        notes.append("pyalk's row is pending until pyalk.worker exists; the peers' numbers are real.")
+    return RowResult(
+        key="e2e.process",
+        title="enqueue and process N no-op jobs",
+        status="ok",
+        columns=["concurrency", "system", "version", "process jobs/s", "enqueue jobs/s", "vs best peer", "status"],
+        records=records,
+        notes=list(dict.fromkeys(notes)),
+        extra={"raw": results},
+        seconds=time.perf_counter() - started,
+    )

@@ -1,0 +1,95 @@
+"""The benchmark suite runs: every queue row on a tiny N against the test
+server, and the report renders. No timing assertions: numbers from a test
+run mean nothing; the bench itself (python -m bench) is where they live."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from bench import report
+from bench.cli import run_rows
+from bench.registry import QUICK, Context, RowResult, load_rows
+from bench.server import Server
+from tests import conftest
+
+TINY = dataclasses.replace(
+    QUICK,
+    clients=(1, 2),
+    enqueue_seconds=1.0,
+    claim1_jobs=40,
+    claim100_jobs=400,
+    backlog_sizes=(200, 1_000),
+    latency_samples=5,
+    stale_backlog=500,
+    xmin_seconds=1.0,
+    stream_events=300,
+)
+
+
+@pytest.fixture
+def bench_ctx(pg_server: conftest.Server) -> Iterator[Context]:
+    server = Server(dsn=pg_server.dsn, embedded=False)
+    try:
+        yield Context(server=server, mode=TINY)
+    finally:
+        server.close()
+
+
+def _run(ctx: Context, *keys: str) -> list[RowResult]:
+    rows = load_rows()
+    results = run_rows(ctx, [rows[k] for k in keys])
+    for result in results:
+        assert result.status in ("ok", "pending"), (result.key, result.notes, result.extra.get("traceback"))
+    return results
+
+
+def test_sql_rows_run_ours_and_the_floor(bench_ctx: Context, tmp_path: Path) -> None:
+    results = _run(bench_ctx, "sql.enqueue_1", "sql.enqueue_batch_100", "sql.claim_1_ack", "sql.claim_100_ack_batch")
+    for result in results:
+        assert [rec["clients"] for rec in result.records] == [1, 2]
+        for rec in result.records:
+            assert rec["ours jobs/s"] > 0 and rec["floor jobs/s"] > 0
+            assert rec["ours/floor"] is not None
+
+    meta = {
+        "date": "test",
+        "mode": "tiny",
+        "seconds": 0.0,
+        "session_options": bench_ctx.session_options,
+        **bench_ctx.server.describe(),
+    }
+    report.write_json(tmp_path / "img" / "benchmarks.json", meta, results)
+    report.write_markdown(tmp_path / "benchmarks.md", meta, results, None)
+    text = (tmp_path / "benchmarks.md").read_text(encoding="utf-8")
+    assert "| clients | ours jobs/s | floor jobs/s | ours/floor |" in text
+    assert "## Targets (issue 7)" in text
+    data = json.loads((tmp_path / "img" / "benchmarks.json").read_text(encoding="utf-8"))
+    assert [row["key"] for row in data["rows"]] == [r.key for r in results]
+
+
+def test_latency_and_hostile_rows_run(bench_ctx: Context) -> None:
+    results = _run(
+        bench_ctx, "latency.claim_vs_backlog", "latency.stale_stats", "latency.sweep_vs_dead", "hostile.held_xmin"
+    )
+    backlog, stale, sweep, xmin = results
+    assert [rec["pending"] for rec in backlog.records] == [200, 1_000]
+    assert {rec["metric"] for rec in stale.records} >= {"claim+ack p50 ms", "enqueue 1 jobs/s"}
+    assert [rec["dead rows"] for rec in sweep.records] == [200, 1_000]
+    assert [(rec["side"], rec["run"]) for rec in xmin.records] == [
+        ("ours", "clean"),
+        ("ours", "xmin held"),
+        ("floor", "clean"),
+        ("floor", "xmin held"),
+    ]
+
+
+def test_rows_whose_mechanism_is_missing_are_pending_not_errors(bench_ctx: Context) -> None:
+    rows = load_rows()
+    results = run_rows(bench_ctx, [rows["latency.wake"], rows["latency.stream_tail"]])
+    for result in results:
+        assert result.status in ("pending", "ok"), (result.key, result.notes)
