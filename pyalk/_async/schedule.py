@@ -1,0 +1,305 @@
+"""The scheduler: bindings of alk.schedule, alk.get_schedule,
+alk.list_schedules, alk.unschedule, alk.cron_next and alk.tick, and the
+leader loop :func:`run_schedules` that calls ``alk.tick`` on time.
+
+The cron engine, the schedules and the firing are SQL
+(sql/versions/0006_schedule.sql); this module binds them. ``run_schedules``
+adds the one thing SQL cannot do on its own, calling ``tick`` when a boundary
+comes due, with one leader at a time among any number of processes:
+
+* leadership is the lease lock ``alk:scheduler`` (sql/versions/0005_lock.sql,
+  through its internal forms, which admit the reserved name);
+* the leader ticks only in a transaction that first renews its lease: the
+  renewal locks the lease's row until the tick commits, so a process that is
+  not the leader, or has just stopped being it, never ticks;
+* it sleeps until the earliest ``next_fire_at``, the next renewal
+  (``lease_ttl / 3``) or ``poll_interval``, whichever comes first, on the stop
+  token, which wakes it at once;
+* a standby retries every ``poll_interval`` seconds, or when the leader's
+  lease runs out if that is sooner;
+* a cancelled token makes it release the lease (a standby takes over on its
+  next attempt, without waiting for expiry) and return; a renewal that finds
+  the lease taken raises :class:`~pyalk.LeadershipLost`.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import secrets
+import socket
+import time
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+
+from pyalk import _codec
+from pyalk._async.lock import try_lock
+from pyalk.errors import InvalidArgument, LeadershipLost, translate
+from pyalk.schedule_value import SCHEDULE_COLUMNS, Fired, Schedule, fired_from_row, schedule_from_row
+
+if TYPE_CHECKING:
+    from psycopg import AsyncConnection
+
+    from pyalk._async.client import AsyncAlk
+    from pyalk._async.lock import AsyncLock
+    from pyalk.stop_token import AsyncStopToken
+
+logger = logging.getLogger("pyalk.scheduler")
+
+#: The leader lease every ``run_schedules`` contends for (a reserved name).
+SCHEDULER_LOCK = "alk:scheduler"
+
+_SCHEDULE = """SELECT alk.schedule(
+    name => %(name)s, spec => %(spec)s, queue => %(queue)s, priority => %(priority)s::bigint,
+    max_attempts => %(max_attempts)s::bigint, expires => %(expires)s::bigint, payload => %(payload)s::jsonb,
+    tz => %(tz)s)"""
+_GET = "SELECT " + SCHEDULE_COLUMNS + " FROM alk.get_schedule(%(name)s) WHERE name IS NOT NULL"
+_LIST = "SELECT " + SCHEDULE_COLUMNS + " FROM alk.list_schedules() ORDER BY name"
+_UNSCHEDULE = "SELECT alk.unschedule(%(name)s)"
+_CRON_NEXT = "SELECT alk.cron_next(spec => %(spec)s, after => %(after)s::bigint, tz => %(tz)s)"
+_TICK = "SELECT schedule_name, queue, fire_at, job_id FROM alk.tick(%(now)s::bigint)"
+
+# The leader loop's statements. The clock pair (alk.now(), the server's wall
+# clock) lets a sleep end on the sub-second when the clock is the wall clock,
+# and in whole seconds when a session pins alk.now.
+_NEXT_DUE = (
+    "SELECT min(next_fire_at), alk.now(), extract(epoch FROM clock_timestamp())::float8 FROM alk.list_schedules()"
+)
+_LEASE = (
+    "SELECT l.owner, l.expires_at, alk.now(), extract(epoch FROM clock_timestamp())::float8"
+    " FROM alk.get_lock(%(name)s) l"
+)
+_RENEW_LEASE = "SELECT alk._renew_lock(%(name)s, %(owner)s, %(ttl)s::bigint)"
+_TICK_NOW = "SELECT schedule_name, queue, fire_at, job_id FROM alk.tick()"
+
+#: Errors after which the loop tries again rather than giving up: the
+#: connection or the server went away, or a concurrent transaction won.
+TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
+    psycopg.OperationalError,
+    psycopg.InterfaceError,
+    psycopg.errors.TransactionRollback,
+)
+
+# A boundary still due right after a tick is held by a concurrent tick (FOR
+# UPDATE SKIP LOCKED); look again after this pause rather than spin.
+_STALLED_PAUSE = 0.5
+# The shortest standby pause: a free or lapsed lease is taken on the next try.
+_MIN_PAUSE = 0.01
+
+
+# bindings --------------------------------------------------------------------
+
+
+async def schedule(
+    alk: AsyncAlk,
+    name: str,
+    spec: str,
+    queue: str,
+    *,
+    priority: int | None = None,
+    max_attempts: int | None = None,
+    expires: int | None = None,
+    payload: Any = None,
+    tz: str | None = None,
+    conn: AsyncConnection | None = None,
+) -> int | None:
+    """``alk.schedule``: register or replace; the next fire time (None: never)."""
+    params = {
+        "name": _codec.text(name, "name"),
+        "spec": _codec.text(spec, "spec"),
+        "queue": _codec.text(queue, "queue"),
+        "priority": _codec.bigint(priority, "priority"),
+        "max_attempts": _codec.bigint(max_attempts, "max_attempts"),
+        "expires": _codec.bigint(expires, "expires"),
+        # None is "no payload" (the fired job says "payload": null either way).
+        "payload": None if payload is None else _codec.payload(payload),
+        "tz": _codec.text(tz, "tz"),
+    }
+    next_fire_at = await alk._value(_SCHEDULE, params, conn=conn, transactional=True)
+    return None if next_fire_at is None else int(next_fire_at)
+
+
+async def get_schedule(alk: AsyncAlk, name: str, *, conn: AsyncConnection | None = None) -> Schedule | None:
+    """``alk.get_schedule``: the schedule, or None."""
+    rows = await alk._rows(_GET, {"name": _codec.text(name, "name")}, conn=conn, transactional=True)
+    return schedule_from_row(rows[0]) if rows else None
+
+
+async def list_schedules(alk: AsyncAlk, *, conn: AsyncConnection | None = None) -> list[Schedule]:
+    """``alk.list_schedules``: every schedule, by name."""
+    return [schedule_from_row(row) for row in await alk._rows(_LIST, {}, conn=conn, transactional=True)]
+
+
+async def unschedule(alk: AsyncAlk, name: str, *, conn: AsyncConnection | None = None) -> bool:
+    """``alk.unschedule``: True if the schedule existed."""
+    return bool(await alk._value(_UNSCHEDULE, {"name": _codec.text(name, "name")}, conn=conn, transactional=True))
+
+
+async def cron_next(alk: AsyncAlk, spec: str, after: int, tz: str | None = None) -> int | None:
+    """``alk.cron_next``: the first fire strictly after ``after`` (None: none
+    up to 9999-12-31T23:59:59Z)."""
+    params = {"spec": _codec.text(spec, "spec"), "after": _codec.bigint(after, "after"), "tz": _codec.text(tz, "tz")}
+    value = await alk._value(_CRON_NEXT, params, transactional=True)
+    return None if value is None else int(value)
+
+
+async def tick(alk: AsyncAlk, now: int | None = None, *, conn: AsyncConnection | None = None) -> list[Fired]:
+    """``alk.tick``: fire every due schedule (at ``now``, default the clock);
+    one :class:`Fired` per job, by schedule name then boundary."""
+    rows = await alk._rows(_TICK, {"now": _codec.bigint(now, "now")}, conn=conn, transactional=True)
+    return [fired_from_row(row) for row in rows]
+
+
+# the leader loop -------------------------------------------------------------
+
+
+def default_owner() -> str:
+    """``host:pid:random``: unique per call, so two loops of one process are
+    two contenders (an owner re-acquiring its own lease would succeed)."""
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+
+
+def _seconds_until(at: int, now: int, wall: float) -> float:
+    if math.floor(wall) == now:  # the clock is the wall clock: to the sub-second
+        return at - wall
+    return float(at - now)  # a pinned clock: whole seconds
+
+
+async def _due_in(alk: AsyncAlk) -> float | None:
+    """Seconds until the earliest boundary of any schedule (<= 0: due now);
+    None when no schedule will fire."""
+    rows = await alk._rows(_NEXT_DUE, {})
+    at, now, wall = rows[0]
+    return None if at is None else _seconds_until(at, now, wall)
+
+
+async def _standby_pause(alk: AsyncAlk, owner: str, poll_interval: float) -> float:
+    """How long a standby waits before its next attempt: ``poll_interval``,
+    or until the leader's lease runs out if that is sooner."""
+    rows = await alk._rows(_LEASE, {"name": SCHEDULER_LOCK})
+    holder, expires_at, now, wall = rows[0]
+    if holder is None:  # released between our attempt and this read
+        return _MIN_PAUSE
+    pause = max(min(poll_interval, _seconds_until(expires_at, now, wall)), _MIN_PAUSE)
+    logger.debug("scheduler %s: standby, %s leads until %s; next attempt in %.2fs", owner, holder, expires_at,
+                 pause, extra={"owner": owner, "leader": holder})
+    return pause
+
+
+async def _renew_and_tick(alk: AsyncAlk, owner: str, ttl: int, *, fire: bool) -> list[Fired] | None:
+    """Renew the lease and, when ``fire``, tick, in one transaction: the
+    renewal locks the lease's row until the tick commits, so no one can take
+    the lease in between. None (nothing written) when the lease was lost."""
+    params = {"name": SCHEDULER_LOCK, "owner": owner, "ttl": ttl}
+    try:
+        async with alk._connection(None, False) as connection, connection.transaction() as transaction:
+            renewed = await (await connection.execute(_RENEW_LEASE, params)).fetchone()
+            if not (renewed and renewed[0]):
+                raise psycopg.Rollback(transaction)
+            if not fire:
+                return []
+            rows = await (await connection.execute(_TICK_NOW)).fetchall()
+            return [fired_from_row(row) for row in rows]
+    except psycopg.Error as error:
+        translated = translate(error)
+        if translated is error:
+            raise
+        raise translated from error
+    return None  # rolled back: the lease is someone else's
+
+
+async def run_schedules(
+    alk: AsyncAlk,
+    stop: AsyncStopToken,
+    *,
+    owner: str | None = None,
+    lease_ttl: int = 30,
+    poll_interval: float = 5.0,
+) -> None:
+    """Fire schedules on time while this process leads; return when ``stop``
+    is cancelled.
+
+    One leader at a time holds the lease ``alk:scheduler`` for ``lease_ttl``
+    seconds and renews it every ``lease_ttl / 3``; the others wait as
+    standbys and take over when it is released (a clean stop) or lapses (a
+    crash). ``owner`` names this contender (default ``host:pid:random``);
+    give every loop its own. ``poll_interval`` bounds every sleep: how soon a
+    standby retries, and how soon a leader notices a schedule registered
+    while it sleeps.
+
+    Raises :class:`~pyalk.LeadershipLost` when a renewal finds the lease taken
+    by another owner (this process paused longer than the lease, or someone
+    released it by hand). Connection errors are retried with a backoff.
+    """
+    owner = default_owner() if owner is None else _codec.text(owner, "owner")
+    assert owner is not None
+    ttl = _codec.bigint(lease_ttl, "lease_ttl")  # the server refuses a ttl <= 0 (LK002) at the first attempt
+    if isinstance(poll_interval, bool) or not isinstance(poll_interval, int | float) or not poll_interval > 0:
+        raise InvalidArgument(f"poll_interval must be a number of seconds > 0, got {poll_interval!r}")
+    assert ttl is not None
+    renew_every = ttl / 3
+    extra = {"owner": owner}
+    lock: AsyncLock | None = None
+    lost = False
+    failures = 0
+    try:
+        renew_at = 0.0
+        ticked = False
+        while not stop.is_cancelled():
+            try:
+                if lock is None:
+                    started = time.monotonic()
+                    lock = await try_lock(alk, SCHEDULER_LOCK, owner, ttl, reserved=True)
+                    if lock is None:
+                        pause = await _standby_pause(alk, owner, poll_interval)
+                        failures = 0
+                        await stop.wait(pause)
+                        continue
+                    renew_at = started + renew_every
+                    ticked = False
+                    logger.info("scheduler %s: leading (lease %ds)", owner, ttl, extra=extra)
+                due_in = await _due_in(alk)
+                if ticked and due_in is not None and due_in <= 0:
+                    # Still due right after our tick: a concurrent tick holds it.
+                    due_in = min(_STALLED_PAUSE, poll_interval)
+                ticked = False
+                if (due_in is not None and due_in <= 0) or time.monotonic() >= renew_at:
+                    fire = due_in is not None and due_in <= 0
+                    started = time.monotonic()
+                    fired = await _renew_and_tick(alk, owner, ttl, fire=fire)
+                    if fired is None:
+                        lost = True
+                        raise LeadershipLost(
+                            f"scheduler leadership lost: {owner!r} no longer holds the lease {SCHEDULER_LOCK!r} "
+                            f"(it lapsed and another owner took it, or it was released)"
+                        )
+                    renew_at = started + renew_every
+                    ticked = fire
+                    failures = 0
+                    for job in fired:
+                        logger.info("scheduler %s: fired %s at %d into %s as job %d", owner, job.schedule_name,
+                                    job.fire_at, job.queue, job.job_id, extra={**extra, "job_id": job.job_id})
+                    continue
+                failures = 0
+                pause = min(renew_at - time.monotonic(), poll_interval, math.inf if due_in is None else due_in)
+                logger.debug("scheduler %s: leading, next wake in %.2fs", owner, pause, extra=extra)
+                await stop.wait(pause)
+            except TRANSIENT_ERRORS as error:
+                failures += 1
+                pause = min(0.1 * 2 ** min(failures - 1, 10), 5.0, poll_interval, renew_every)
+                logger.warning("scheduler %s: database unavailable (%s); trying again in %.1fs", owner,
+                               str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__,
+                               pause, extra=extra)
+                await stop.wait(pause)
+    finally:
+        if lock is not None and not lost:
+            try:
+                released = await lock.release()
+            except Exception as error:  # the lease lapses on its own; report, never mask the exit
+                logger.warning("scheduler %s: could not release the lease (%s); it lapses in %ds", owner, error, ttl,
+                               extra=extra)
+            else:
+                logger.info("scheduler %s: stopped, %s", owner,
+                            "lease released" if released else "the lease was no longer ours", extra=extra)
