@@ -116,11 +116,45 @@ $$;
 COMMENT ON FUNCTION alk._purge_at(bigint, bigint) IS
 'internal: the first instant at which a row that died at died_at is past its retention, or NULL for never';
 
+-- wake-ups --------------------------------------------------------------------
+
+-- A queue's channel is 'alk_q_' followed by 32 hex digits of sha256(queue),
+-- the convention of alk.stream_channel: a 38-byte identifier whatever the
+-- name's length or bytes (the channel limit is 63), one channel per queue so a
+-- worker hears only its own. sha256 rather than md5: FIPS servers refuse md5.
+-- The payload is empty, so PostgreSQL folds the notifications of one
+-- transaction into one; NOTIFY is delivered at commit, and a rolled-back
+-- enqueue wakes nobody.
+CREATE FUNCTION alk._queue_channel(queue text)
+RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT 'alk_q_' || pg_catalog.left(pg_catalog.encode(
+        pg_catalog.sha256(pg_catalog.convert_to($1, 'UTF8')), 'hex'), 32)
+$$;
+COMMENT ON FUNCTION alk._queue_channel(text) IS 'internal: the NOTIFY channel of a queue (no name check)';
+
+CREATE FUNCTION alk.queue_channel(queue text)
+RETURNS text
+LANGUAGE sql IMMUTABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    -- Reserved names are accepted: an outbox relay may listen to its backing
+    -- queue alk:outbox:<name>; a channel name reveals nothing.
+    SELECT alk._queue_channel(alk._check_name('queue', $1, true))
+$$;
+COMMENT ON FUNCTION alk.queue_channel(text) IS
+'The LISTEN channel notified when jobs are inserted into a queue: ''alk_q_'' and the first 32 hex digits of '
+'sha256(queue as UTF-8), a 38-byte identifier whatever the name. One notification per queue per committed '
+'transaction, with an empty payload: on wake-up, claim. '
+'Example: SELECT alk.queue_channel(''emails''); then LISTEN "<that channel>";';
+
 -- enqueue -------------------------------------------------------------------
 
 -- The one implementation behind every enqueue form (plain, batch, outbox,
 -- scheduler): resolves the ready time, expiry and stamps against one clock
--- reading and inserts. The caller has validated the queue name; stamp
+-- reading, inserts, and notifies the queue's channel. The caller has validated the queue name; stamp
 -- defaults come from the caller so the outbox can resolve its own set.
 CREATE FUNCTION alk._enqueue(
     queue text,
@@ -171,8 +205,12 @@ BEGIN
         VALUES (queue, payloads[1], v_priority, v_run_at, v_max_attempts, clock, v_expires_at,
                 v_visibility_timeout_s, v_backoff_base_s, dead_letter_retention_s)
         RETURNING alk.jobs.id INTO v_id;
+        PERFORM pg_catalog.pg_notify(alk._queue_channel(queue), '');
         RETURN NEXT v_id;
         RETURN;
+    END IF;
+    IF cardinality(payloads) > 0 THEN
+        PERFORM pg_catalog.pg_notify(alk._queue_channel(queue), '');
     END IF;
     RETURN QUERY
     WITH inserted AS (
