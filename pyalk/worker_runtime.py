@@ -1,0 +1,323 @@
+"""The concurrency primitives the worker is written against, twice: an
+asyncio form (``Async*``) and a threaded form with the same names minus
+``Async``.
+
+pyalk/_async/worker.py uses only these (plus plain ``await``), so
+tools/unasync.py turns it into pyalk/_sync/worker.py by its ordinary rules:
+``AsyncEvent`` becomes :class:`Event`, ``AsyncRuntime.spawn`` becomes
+:meth:`Runtime.spawn`, and so on. Every difference between the two workers
+lives here, side by side.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import queue
+import signal
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+# events ----------------------------------------------------------------------
+
+
+class AsyncEvent:
+    """An asyncio event whose :meth:`set` may be called from any thread."""
+
+    def __init__(self) -> None:
+        self._event = asyncio.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: int | None = None
+
+    def _bind(self) -> None:
+        if self._loop is None:
+            self._loop = asyncio.get_running_loop()
+            self._thread = threading.get_ident()
+
+    def set(self) -> None:
+        if self._loop is not None and threading.get_ident() != self._thread:
+            self._loop.call_soon_threadsafe(self._event.set)
+        else:
+            # Not yet waited on (no waiter to wake), or on the loop's thread.
+            self._event.set()
+
+    def clear(self) -> None:
+        self._event.clear()
+
+    def is_set(self) -> bool:
+        return self._event.is_set()
+
+    async def wait(self, timeout: float | None = None) -> bool:
+        """Wait until set or ``timeout`` seconds; whether it is set."""
+        self._bind()
+        if self._event.is_set():
+            return True
+        if timeout is not None and timeout <= 0:
+            return False
+        try:
+            await asyncio.wait_for(self._event.wait(), timeout)
+        except TimeoutError:
+            return False
+        return True
+
+
+#: The threaded form: :meth:`threading.Event.wait` already takes a timeout and
+#: returns whether the event is set.
+Event = threading.Event
+
+
+# background tasks ----------------------------------------------------------
+
+
+class AsyncTask:
+    """A background loop running as an asyncio task."""
+
+    def __init__(self, task: asyncio.Task[Any]) -> None:
+        self._task = task
+
+    def cancel(self) -> None:
+        self._task.cancel()
+
+    def done(self) -> bool:
+        return self._task.done()
+
+    async def join(self, timeout: float | None = None) -> bool:
+        """Wait for the task to end (``timeout`` seconds at most); whether it
+        has. Its exception, if any, is left to :meth:`result`."""
+        if not self._task.done():
+            await asyncio.wait({self._task}, timeout=timeout)
+        return self._task.done()
+
+    def exception(self) -> BaseException | None:
+        if not self._task.done() or self._task.cancelled():
+            return None
+        return self._task.exception()
+
+
+class Task:
+    """A background loop running in a daemon thread. A thread cannot be
+    cancelled: :meth:`cancel` is a no-op and loops watch their stop event."""
+
+    def __init__(self, thread: threading.Thread) -> None:
+        self._thread = thread
+        self._error: BaseException | None = None
+
+    def cancel(self) -> None:
+        pass
+
+    def done(self) -> bool:
+        return not self._thread.is_alive()
+
+    def join(self, timeout: float | None = None) -> bool:
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    def exception(self) -> BaseException | None:
+        return self._error
+
+
+class AsyncRuntime:
+    """How the async worker starts loops, checks handlers and traps signals."""
+
+    @staticmethod
+    def spawn(fn: Callable[..., Awaitable[Any]], *args: Any, name: str) -> AsyncTask:
+        return AsyncTask(asyncio.get_running_loop().create_task(fn(*args), name=name))
+
+    @staticmethod
+    async def sleep(seconds: float) -> None:
+        await asyncio.sleep(seconds)
+
+    @staticmethod
+    def check_handler(handler: Callable[..., Any]) -> None:
+        call = getattr(handler, "__call__", None)  # noqa: B004 - an async __call__ counts
+        if not (inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(call)):
+            raise TypeError(
+                f"AsyncWorker needs an async handler (async def), got {handler!r}; "
+                "use pyalk.Worker for a blocking function (it runs handlers in threads)"
+            )
+
+
+class Runtime:
+    """How the threaded worker starts loops, checks handlers and traps signals."""
+
+    @staticmethod
+    def spawn(fn: Callable[..., Any], *args: Any, name: str) -> Task:
+        task: Task
+
+        def run() -> None:
+            try:
+                fn(*args)
+            except BaseException as error:  # kept for exception(), as a task keeps it
+                task._error = error
+                raise
+
+        thread = threading.Thread(target=run, name=name, daemon=True)
+        task = Task(thread)
+        thread.start()
+        return task
+
+    @staticmethod
+    def sleep(seconds: float) -> None:
+        time.sleep(seconds)
+
+    @staticmethod
+    def check_handler(handler: Callable[..., Any]) -> None:
+        call = getattr(handler, "__call__", None)  # noqa: B004
+        if not callable(handler):
+            raise TypeError(f"Worker needs a callable handler, got {handler!r}")
+        if inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(call):
+            raise TypeError(
+                f"Worker runs handlers in threads and needs a plain function, got the coroutine function "
+                f"{handler!r}; use pyalk.AsyncWorker for async def handlers"
+            )
+
+
+# the handler pool ----------------------------------------------------------
+
+
+class AsyncPool:
+    """Runs handler calls as asyncio tasks (the worker bounds how many)."""
+
+    def __init__(self, size: int, name: str) -> None:
+        self._name = name
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    def submit(self, fn: Callable[..., Awaitable[Any]], *args: Any) -> None:
+        task = asyncio.get_running_loop().create_task(fn(*args), name=self._name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def cancel_all(self) -> None:
+        """Cancel the handlers still running (the grace period is over)."""
+        for task in self._tasks:
+            task.cancel()
+
+    async def close(self, timeout: float) -> None:
+        """Wait (``timeout`` seconds at most) for cancelled handlers to unwind."""
+        if self._tasks:
+            await asyncio.wait(set(self._tasks), timeout=timeout)
+
+
+class Pool:
+    """Runs handler calls on ``size`` daemon threads, started on demand.
+
+    A thread cannot be cancelled: after the grace period a handler still
+    running keeps its thread until it returns (the worker discards its
+    outcome), and being a daemon it never holds up interpreter exit.
+    """
+
+    def __init__(self, size: int, name: str) -> None:
+        self._size = size
+        self._name = name
+        self._work: queue.SimpleQueue[tuple[Callable[..., Any], tuple[Any, ...]] | None] = queue.SimpleQueue()
+        self._threads: list[threading.Thread] = []
+        self._idle = 0
+        self._lock = threading.Lock()
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> None:
+        with self._lock:
+            if self._idle == 0 and len(self._threads) < self._size:
+                thread = threading.Thread(target=self._run, name=f"{self._name}-{len(self._threads)}", daemon=True)
+                self._threads.append(thread)
+                thread.start()
+            else:
+                self._idle -= 1
+        self._work.put((fn, args))
+
+    def _run(self) -> None:
+        while True:
+            item = self._work.get()
+            if item is None:
+                return
+            fn, args = item
+            try:
+                fn(*args)
+            finally:
+                with self._lock:
+                    self._idle += 1
+
+    def cancel_all(self) -> None:
+        pass
+
+    def close(self, timeout: float) -> None:
+        """Let idle threads exit; threads still in a handler exit after it."""
+        for _ in self._threads:
+            self._work.put(None)
+
+
+# signals -------------------------------------------------------------------
+
+
+class AsyncSignals:
+    """SIGINT/SIGTERM delivered to a callback on the event loop (main thread only)."""
+
+    def __init__(self) -> None:
+        self._installed: list[tuple[signal.Signals, Any]] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def install(self, callback: Callable[[int], None]) -> bool:
+        """Route the signals to ``callback``; False where that is impossible
+        (not the main thread, or a platform without loop signal handlers)."""
+        if threading.current_thread() is not threading.main_thread():
+            return False
+        self._loop = asyncio.get_running_loop()
+        for sig in SIGNALS:
+            previous = signal.getsignal(sig)
+            try:
+                self._loop.add_signal_handler(sig, callback, int(sig))
+            except (NotImplementedError, RuntimeError, ValueError):
+                self.restore()
+                return False
+            self._installed.append((sig, previous))
+        return True
+
+    def restore(self) -> None:
+        for sig, previous in reversed(self._installed):
+            if self._loop is not None:
+                self._loop.remove_signal_handler(sig)
+            if previous is not None:
+                signal.signal(sig, previous)
+        self._installed.clear()
+
+
+class Signals:
+    """SIGINT/SIGTERM delivered to a callback (main thread only).
+
+    The Python-level handler only puts the signal number on a SimpleQueue
+    (whose put is reentrant, so safe in a handler that interrupted any code);
+    a helper thread calls the callback, which may then take locks freely.
+    """
+
+    def __init__(self) -> None:
+        self._installed: list[tuple[signal.Signals, Any]] = []
+        self._delivered: queue.SimpleQueue[int | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+
+    def install(self, callback: Callable[[int], None]) -> bool:
+        if threading.current_thread() is not threading.main_thread():
+            return False
+
+        def deliver() -> None:
+            while (number := self._delivered.get()) is not None:
+                callback(number)
+
+        self._thread = threading.Thread(target=deliver, name="pyalk-worker-signals", daemon=True)
+        self._thread.start()
+        for sig in SIGNALS:
+            previous = signal.signal(sig, lambda number, _frame: self._delivered.put(number))
+            self._installed.append((sig, previous))
+        return True
+
+    def restore(self) -> None:
+        for sig, previous in reversed(self._installed):
+            if previous is not None:
+                signal.signal(sig, previous)
+        self._installed.clear()
+        if self._thread is not None:
+            self._delivered.put(None)
+            self._thread = None

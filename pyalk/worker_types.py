@@ -1,0 +1,76 @@
+"""Values shared by the async and the threaded worker, and the queue
+observability rows (``alk.queue_stats``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any
+
+import psycopg
+
+
+class PermanentError(Exception):
+    """Raise it from a handler to fail the job for good (dead at once, no
+    retry). A worker's ``fail_on`` defaults to this class; pass your own
+    exception types to widen it."""
+
+
+#: Errors after which a worker reconnects and tries again: the server went
+#: away (restart, ``pg_terminate_backend``, network), a pool could not hand out
+#: a connection in time, or a statement lost a serialization race.
+TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
+    psycopg.OperationalError,
+    psycopg.InterfaceError,
+    psycopg.errors.TransactionRollback,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStats:
+    """One row of ``alk.queue_stats`` (see docs/worker.md)."""
+
+    queue: str
+    pending: int
+    ready: int
+    scheduled: int
+    processing: int
+    lapsed: int
+    dead: int
+    oldest_ready_age_s: int | None
+    next_run_at: int | None
+
+
+#: The select list that reads an ``alk.queue_stat`` in :class:`QueueStats` order.
+QUEUE_STATS_COLUMNS = ", ".join(field.name for field in fields(QueueStats))
+
+
+def queue_stats_from_row(row: tuple[Any, ...]) -> QueueStats:
+    return QueueStats(*row)
+
+
+@dataclass(slots=True)
+class WorkerCounts:
+    """What a worker has done since it started (read it any time)."""
+
+    claimed: int = 0
+    acked: int = 0
+    retried: int = 0
+    failed: int = 0
+    #: Jobs whose handler finished but whose claim was no longer valid when
+    #: settled (lease lapsed and maybe claimed by another worker).
+    lost: int = 0
+    #: Jobs left to lease expiry at shutdown (their handlers outlived the grace period).
+    abandoned: int = 0
+
+    @property
+    def finished(self) -> int:
+        return self.acked + self.retried + self.failed + self.lost
+
+
+def error_text(error: BaseException, limit: int = 4000) -> str:
+    """The ``err`` a failed job records: ``Type: message`` (the type alone when
+    the message is empty), NUL shown as ``\\0``, cut to ``limit`` characters."""
+    message = str(error)
+    text = f"{type(error).__name__}: {message}" if message else type(error).__name__
+    text = text.replace("\x00", "\\0")
+    return text if len(text) <= limit else text[: limit - 3] + "..."

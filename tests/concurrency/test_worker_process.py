@@ -1,0 +1,218 @@
+"""Worker processes (``python -m pyalk worker``) killed and stopped from
+outside: SIGKILL mid-job (the jobs come back after their lease and run once
+more, at attempt 2), SIGTERM (stop claiming, finish what runs, exit 0), a
+grace period that runs out, and a second signal.
+
+The handlers below run in the worker process. Each records that it started
+(a row in public.started) and then waits on a gate: a shared advisory lock
+the test holds exclusively. Synchronisation is on those rows, the job rows,
+the worker's log lines on its stderr pipe and the gate; never on sleeps.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from pyalk import Alk, JobHandle, QueueOpts, Worker
+
+ROOT = Path(__file__).resolve().parents[2]
+GATE = 0x616C6B_67617465  # "alk" "gate": the advisory lock key the handlers wait on
+DEADLINE = 60.0
+
+
+# the handler, run by the worker process ----------------------------------------------
+
+
+def gated(job: JobHandle) -> None:
+    """Record the start, then wait until the test opens the gate."""
+    with psycopg.connect(os.environ["PYALK_DSN"], autocommit=True) as conn:
+        conn.execute("INSERT INTO public.started (job_id, attempt, pid) VALUES (%s, %s, %s)",
+                     [job.id, job.job.attempts, os.getpid()])
+        conn.execute("SELECT pg_advisory_lock_shared(%s)", [GATE])
+        conn.execute("SELECT pg_advisory_unlock_shared(%s)", [GATE])
+
+
+# the harness ------------------------------------------------------------------------------
+
+
+def until(predicate: Callable[[], bool], what: str) -> None:
+    end = time.monotonic() + DEADLINE
+    while time.monotonic() < end:
+        if predicate():
+            return
+        time.sleep(0.01)  # a polling interval, not a synchronisation
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+class WorkerProcess:
+    """``python -m pyalk worker`` on the gated handler, its stderr read line by line."""
+
+    def __init__(self, dsn: str, *options: str) -> None:
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "PYALK_DSN": dsn}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "pyalk", "worker", f"{__name__}:gated", "--queue", "q", *options],
+            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.lines: queue.Queue[str | None] = queue.Queue()
+        self.log: list[str] = []
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            self.lines.put(line)
+        self.lines.put(None)
+
+    def wait_for_line(self, fragment: str) -> str:
+        end = time.monotonic() + DEADLINE
+        while (left := end - time.monotonic()) > 0:
+            try:
+                line = self.lines.get(timeout=left)
+            except queue.Empty:
+                break
+            if line is None:
+                break
+            self.log.append(line)
+            if fragment in line:
+                return line
+        raise AssertionError(f"the worker never logged {fragment!r}; it logged:\n{''.join(self.log)}")
+
+    def finish(self) -> tuple[int, str]:
+        out, _ = self.proc.communicate(timeout=DEADLINE)
+        return self.proc.returncode, out
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+@pytest.fixture
+def gate(db: psycopg.Connection, connect: Callable[..., psycopg.Connection]) -> Iterator[Callable[[], None]]:
+    """Hold the gate shut; call the fixture's value to open it."""
+    db.execute("CREATE TABLE public.started (job_id bigint, attempt int, pid int)")
+    holder = connect()
+    holder.execute("SELECT pg_advisory_lock(%s)", [GATE])
+    opened = False
+
+    def open_gate() -> None:
+        nonlocal opened
+        if not opened:
+            holder.execute("SELECT pg_advisory_unlock(%s)", [GATE])
+            opened = True
+
+    yield open_gate
+    open_gate()
+
+
+@pytest.fixture
+def spawn(dsn: str) -> Iterator[Callable[..., WorkerProcess]]:
+    started: list[WorkerProcess] = []
+
+    def start(*options: str) -> WorkerProcess:
+        process = WorkerProcess(dsn, *options)
+        started.append(process)
+        return process
+
+    yield start
+    for process in started:
+        process.kill()
+
+
+def started(db: psycopg.Connection) -> list[tuple[int, int]]:
+    return db.execute("SELECT job_id, attempt FROM public.started ORDER BY job_id").fetchall()
+
+
+def job_states(db: psycopg.Connection) -> dict[int, tuple[str, int]]:
+    return {row[0]: (row[1], row[2]) for row in db.execute("SELECT id, state, attempts FROM alk.list_jobs('q')")}
+
+
+def enqueue(dsn: str, n: int, **opts: Any) -> list[int]:
+    with Alk(dsn) as alk:
+        return alk.queue("q", QueueOpts(**opts)).enqueue_batch(list(range(n)))
+
+
+# the tests ------------------------------------------------------------------------------------
+
+
+def test_a_killed_workers_jobs_run_again_after_their_lease(dsn, db, gate, spawn):
+    ids = enqueue(dsn, 5, visibility_timeout_s=2)
+    process = spawn("--concurrency", "3")
+    until(lambda: len(started(db)) == 3, "three handlers to start")
+    process.proc.send_signal(signal.SIGKILL)
+    process.proc.wait()
+    killed = {job_id for job_id, _ in started(db)}
+    assert {job_states(db)[job_id] for job_id in killed} == {("processing", 1)}
+    gate()  # lets the orphaned backends' lock waits end; the jobs stay leased
+
+    handled: list[tuple[int, int]] = []
+    guard = threading.Lock()
+
+    def record(job: JobHandle) -> None:
+        with guard:
+            handled.append((job.id, job.job.attempts))
+
+    with Alk(dsn) as alk:
+        worker = Worker(alk, "q", record, concurrency=4, handle_signals=False)
+        thread = threading.Thread(target=worker.run)
+        thread.start()
+        try:
+            until(lambda: job_states(db) == {}, "every job to be done")
+        finally:
+            worker.stop()
+            thread.join(30)
+    assert sorted(handled) == sorted((job_id, 2 if job_id in killed else 1) for job_id in ids)
+    assert worker.counts.acked == 5 and worker.counts.lost == 0
+
+
+def test_sigterm_stops_claiming_and_lets_running_jobs_finish(dsn, db, gate, spawn):
+    ids = enqueue(dsn, 5)
+    process = spawn("--concurrency", "2", "--grace", "60")
+    until(lambda: len(started(db)) == 2, "two handlers to start")
+    process.proc.send_signal(signal.SIGTERM)
+    # The claim loop has ended once the worker waits for its running jobs.
+    process.wait_for_line("stopping: waiting up to 60.0s for 2 running jobs")
+    gate()
+    code, out = process.finish()
+    assert code == 0
+    assert "worker stopped: 2 acked, 0 retried, 0 failed, 0 lost, 0 left to lease expiry" in out
+    done = {job_id for job_id, _ in started(db)}
+    assert job_states(db) == {job_id: ("pending", 0) for job_id in ids if job_id not in done}
+
+
+def test_after_the_grace_period_the_worker_exits_and_leaves_running_jobs_to_their_lease(dsn, db, gate, spawn):
+    enqueue(dsn, 3)
+    process = spawn("--concurrency", "2", "--grace", "0.3")
+    until(lambda: len(started(db)) == 2, "two handlers to start")
+    process.proc.send_signal(signal.SIGTERM)
+    code, out = process.finish()  # while the handlers are still behind the gate
+    assert code == 0
+    assert "2 left to lease expiry" in out
+    running = {job_id for job_id, _ in started(db)}
+    states = job_states(db)
+    assert {states[job_id] for job_id in running} == {("processing", 1)}
+    assert sorted(state for job_id, state in states.items() if job_id not in running) == [("pending", 0)]
+
+
+def test_a_second_signal_stops_at_once(dsn, db, gate, spawn):
+    enqueue(dsn, 2)
+    process = spawn("--concurrency", "2", "--grace", "600")
+    until(lambda: len(started(db)) == 2, "two handlers to start")
+    process.proc.send_signal(signal.SIGINT)
+    process.wait_for_line("stopping: waiting up to 600.0s for 2 running jobs")
+    process.proc.send_signal(signal.SIGINT)
+    code, out = process.finish()
+    assert code == 0
+    assert "2 left to lease expiry" in out
+    assert {state for state in job_states(db).values()} == {("processing", 1)}

@@ -1,0 +1,296 @@
+"""The worker wrapper: the observability bindings, and a worker's outcomes
+(ack, retry on the row's curve, fail on ``fail_on``), wake-ups (NOTIFY,
+next_claim_at), stop with a grace period and abandonment after it.
+
+Synchronisation is on what the server reports (pg_stat_activity, job rows)
+or on the handler itself, with deadlines; never sleeps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import psycopg
+import pytest
+
+from pyalk import AsyncAlk, AsyncJobHandle, AsyncWorker, InvalidArgument, InvalidName, PermanentError, QueueOpts
+from pyalk._async.worker import list_jobs, next_claim_at, queue_channel, requeue_dead
+
+DEADLINE = 30.0
+APP = "pyalk-worker-test"
+
+
+@pytest.fixture
+async def alk(dsn: str) -> AsyncIterator[AsyncAlk]:
+    # Named, so the test can watch the worker's sessions in pg_stat_activity.
+    async with AsyncAlk(f"{dsn} application_name={APP}") as client:
+        yield client
+
+
+def until(predicate: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + DEADLINE
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.005)  # a polling interval, not a synchronisation
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def in_thread(fn: Callable[[], Any]) -> threading.Thread:
+    thread = threading.Thread(target=fn, daemon=True)
+    thread.start()
+    return thread
+
+
+def worker_is_waiting(db: psycopg.Connection, since: Any) -> bool:
+    """The worker's LISTEN session is up and its last claim-loop query (a
+    next_claim_at computed after ``since``) is done: it is waiting."""
+    row = db.execute(
+        "SELECT bool_or(query LIKE 'LISTEN%%' AND state = 'idle'),"
+        "       bool_or(query LIKE '%%alk.next_claim_at%%' AND state = 'idle' AND query_start > %s)"
+        "  FROM pg_stat_activity WHERE application_name = %s",
+        [since, APP],
+    ).fetchone()
+    return bool(row and row[0] and row[1])
+
+
+def server_now(db: psycopg.Connection) -> Any:
+    return db.execute("SELECT clock_timestamp()").fetchone()[0]  # type: ignore[index]
+
+
+def job_rows(db: psycopg.Connection, queue: str = "q") -> list[tuple[Any, ...]]:
+    return db.execute(
+        "SELECT id, state, attempts, last_error FROM alk.list_jobs(%s) ORDER BY id", [queue]).fetchall()
+
+
+# bindings ------------------------------------------------------------------------
+
+
+async def test_stats_and_inspection_bindings(alk, db):
+    queue = alk.queue("q")
+    ids = await queue.enqueue_batch([1, 2, 3])
+    await queue.enqueue(4, delay=3600)
+    handle = await queue.claim_one("w")
+    assert handle is not None and await handle.fail("bad") is True
+
+    [stats] = await alk.stats("q")
+    assert (stats.queue, stats.pending, stats.ready, stats.scheduled, stats.processing, stats.dead) == (
+        "q", 3, 2, 1, 0, 1)
+    assert [s.queue for s in await alk.stats()] == ["q"]
+    assert await alk.stats("empty") != []
+
+    dead = await list_jobs(alk, "q", "dead")
+    assert [job.id for job in dead] == [ids[0]] and dead[0].last_error == "bad"
+    assert [job.id for job in await list_jobs(alk, "q", limit=2, after_id=ids[0])] == ids[1:3]
+    assert await requeue_dead(alk, "q", [ids[0]]) == 1
+    assert await requeue_dead(alk, "q") == 0
+    assert await next_claim_at(alk, "q") is not None
+    assert await next_claim_at(alk, "nothing") is None
+    assert (await queue_channel(alk, "q")).startswith("alk_q_")
+
+    with pytest.raises(InvalidArgument):
+        await list_jobs(alk, "q", "running")
+    with pytest.raises(InvalidName):
+        await requeue_dead(alk, "alk:outbox:x")
+    with pytest.raises(InvalidArgument):
+        await requeue_dead(alk, "q", [2**63])
+
+
+async def test_worker_arguments_are_checked(alk):
+    async def handler(job: AsyncJobHandle) -> None:
+        pass
+
+    for bad in ({"concurrency": 0}, {"concurrency": True}, {"batch_size": 0}, {"poll_interval": 0},
+                {"grace_period": -1}):
+        with pytest.raises(ValueError):
+            AsyncWorker(alk, "q", handler, **bad)
+    worker = alk.worker("q", handler, concurrency=3)
+    assert isinstance(worker, AsyncWorker)
+    assert (worker.concurrency, worker.batch_size, worker.running, worker.in_flight) == (3, 3, False, 0)
+    assert "q" in repr(worker)
+
+
+async def test_a_worker_stopped_before_it_runs_returns_at_once_and_runs_once(alk, db):
+    async def handler(job: AsyncJobHandle) -> None:
+        raise AssertionError("no job should run")
+
+    await alk.queue("q").enqueue(1)
+    worker = AsyncWorker(alk, "q", handler, handle_signals=False)
+    worker.stop()
+    counts = await worker.run()
+    assert counts.claimed == 0
+    assert job_rows(db)[0][1:3] == ("pending", 0)
+    with pytest.raises(RuntimeError, match="a worker runs once"):
+        await worker.run()
+
+
+# outcomes --------------------------------------------------------------------------
+
+
+async def test_a_burst_worker_acks_every_job_once(alk, db):
+    seen: list[int] = []
+
+    async def handler(job: AsyncJobHandle) -> None:
+        seen.append(job.payload)
+
+    await alk.queue("q").enqueue_batch(list(range(120)))
+    worker = AsyncWorker(alk, "q", handler, concurrency=7, burst=True, handle_signals=False)
+    counts = await worker.run()
+    assert sorted(seen) == list(range(120))
+    assert (counts.claimed, counts.acked, counts.retried, counts.failed, counts.lost) == (120, 120, 0, 0, 0)
+    assert job_rows(db) == []
+    assert worker.running is False
+
+
+async def test_failures_retry_on_the_rows_curve_then_die_with_the_error_text(alk, db):
+    attempts: list[int] = []
+
+    async def handler(job: AsyncJobHandle) -> None:
+        attempts.append(job.job.attempts)
+        raise ValueError(f"attempt {job.job.attempts} broke")
+
+    # backoff 0: the retry is due at once, so the burst picks it up again.
+    queue = alk.queue("q", QueueOpts(backoff_base_s=0, max_attempts=3))
+    job_id = await queue.enqueue({"x": 1})
+    counts = await AsyncWorker(alk, queue, handler, burst=True, handle_signals=False).run()
+    assert attempts == [1, 2, 3]
+    assert (counts.retried, counts.failed, counts.acked) == (2, 1, 0)
+    assert job_rows(db) == [(job_id, "dead", 3, "ValueError: attempt 3 broke")]
+
+
+async def test_a_retry_waits_for_the_backoff_curve(alk, db):
+    async def handler(job: AsyncJobHandle) -> None:
+        raise RuntimeError("later")
+
+    queue = alk.queue("q", QueueOpts(backoff_base_s=600))
+    job_id = await queue.enqueue(1)
+    await AsyncWorker(alk, queue, handler, burst=True, handle_signals=False).run()
+    job = await queue.get_job(job_id)
+    assert job is not None and (job.state, job.attempts, job.worker_id) == ("pending", 1, None)
+    assert 600 <= job.run_at - job.created_at <= 605
+
+
+async def test_fail_on_exceptions_kill_the_job_at_once(alk, db):
+    class Unrecoverable(Exception):
+        pass
+
+    async def handler(job: AsyncJobHandle) -> None:
+        if job.payload == "permanent":
+            raise PermanentError("bad address")
+        raise Unrecoverable()
+
+    queue = alk.queue("q")
+    first = await queue.enqueue("permanent")
+    counts = await AsyncWorker(alk, queue, handler, burst=True, handle_signals=False).run()
+    assert counts.failed == 1
+    second = await queue.enqueue("custom")
+    counts = await AsyncWorker(alk, queue, handler, fail_on=Unrecoverable, burst=True, handle_signals=False).run()
+    assert counts.failed == 1
+    assert job_rows(db) == [(first, "dead", 1, "PermanentError: bad address"), (second, "dead", 1, "Unrecoverable")]
+
+
+async def test_handler_logs_carry_structured_fields(alk, caplog):
+    async def handler(job: AsyncJobHandle) -> None:
+        if job.payload == 1:
+            raise KeyError("k")
+
+    await alk.queue("q").enqueue_batch([0, 1])
+    with caplog.at_level(logging.DEBUG, logger="pyalk.worker"):
+        await AsyncWorker(alk, "q", handler, burst=True, handle_signals=False, worker_id="w-logs").run()
+    done = [r for r in caplog.records if r.getMessage().startswith("job") and "done" in r.getMessage()]
+    retried = [r for r in caplog.records if "will retry" in r.getMessage()]
+    assert len(done) == 1 and len(retried) == 1
+    for record in done + retried:
+        assert record.queue == "q"  # type: ignore[attr-defined]
+        assert record.worker_id == "w-logs"  # type: ignore[attr-defined]
+        assert record.attempt == 1  # type: ignore[attr-defined]
+        assert isinstance(record.job_id, int)  # type: ignore[attr-defined]
+        assert record.duration_s >= 0  # type: ignore[attr-defined]
+    assert retried[0].error == "KeyError: 'k'"  # type: ignore[attr-defined]
+    assert retried[0].exc_info is not None
+
+
+# stop --------------------------------------------------------------------------------
+
+
+async def test_stop_lets_running_handlers_finish_and_claims_no_more(alk, db):
+    worker: AsyncWorker
+
+    async def handler(job: AsyncJobHandle) -> None:
+        worker.stop()  # from inside: the handler still finishes and is acked
+
+    queue = alk.queue("q")
+    ids = await queue.enqueue_batch(list(range(10)))
+    worker = AsyncWorker(alk, queue, handler, concurrency=1, handle_signals=False)
+    counts = await worker.run()
+    assert (counts.claimed, counts.acked, counts.abandoned) == (1, 1, 0)
+    assert [row[0] for row in job_rows(db)] == ids[1:]
+    assert {row[1] for row in job_rows(db)} == {"pending"}
+
+
+async def test_after_the_grace_period_running_jobs_are_left_to_lease_expiry(alk, db):
+    released = asyncio.Event()
+    worker: AsyncWorker
+
+    async def handler(job: AsyncJobHandle) -> None:
+        worker.stop()
+        await released.wait()  # outlives the grace period
+
+    queue = alk.queue("q")
+    job_id = await queue.enqueue(1)
+    worker = AsyncWorker(alk, queue, handler, concurrency=2, grace_period=0.2, handle_signals=False)
+    try:
+        counts = await worker.run()
+    finally:
+        released.set()
+    assert (counts.claimed, counts.acked, counts.abandoned) == (1, 0, 1)
+    assert job_rows(db) == [(job_id, "processing", 1, None)]
+
+
+# wake-ups ------------------------------------------------------------------------------
+
+
+async def test_an_idle_worker_wakes_on_notify_long_before_its_poll(alk, db, dsn):
+    worker: AsyncWorker
+    handled: list[float] = []
+
+    async def handler(job: AsyncJobHandle) -> None:
+        handled.append(time.monotonic())
+        worker.stop()
+
+    await alk.queue("q").enqueue("far", delay=3600)  # claimable only in an hour: the worker waits a full poll
+    worker = AsyncWorker(alk, "q", handler, poll_interval=60, handle_signals=False)
+    since = server_now(db)
+    enqueued: list[float] = []
+
+    def enqueue_once_waiting() -> None:
+        until(lambda: worker_is_waiting(db, since), "the worker to wait")
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            enqueued.append(time.monotonic())
+            conn.execute("SELECT alk.enqueue('q', '\"now\"')")
+
+    thread = in_thread(enqueue_once_waiting)
+    await worker.run()
+    thread.join()
+    assert handled and handled[0] - enqueued[0] < 30  # woken by NOTIFY, not the 60 s poll
+
+
+async def test_a_worker_sleeps_until_next_claim_at_not_a_full_poll(alk, db):
+    worker: AsyncWorker
+    handled: list[Any] = []
+
+    async def handler(job: AsyncJobHandle) -> None:
+        handled.append(job.payload)
+        worker.stop()
+
+    await alk.queue("q").enqueue("soon", delay=1)
+    started = time.monotonic()
+    worker = AsyncWorker(alk, "q", handler, poll_interval=60, listen=False, handle_signals=False)
+    await worker.run()
+    assert handled == ["soon"]
+    assert time.monotonic() - started < 30
