@@ -13,9 +13,17 @@ PostgreSQL as versioned SQL functions; this package binds them.
 """
 
 from pyalk._async.client import AsyncAlk
+from pyalk._async.lock import AsyncLock
+from pyalk._async.outbox import AsyncOutbox
 from pyalk._async.queue import AsyncJobHandle, AsyncQueue
+from pyalk._async.stream import AsyncStream, AsyncSubscription
+from pyalk._async.worker import AsyncWorker
 from pyalk._sync.client import Alk
+from pyalk._sync.lock import Lock
+from pyalk._sync.outbox import Outbox
 from pyalk._sync.queue import JobHandle, Queue
+from pyalk._sync.stream import Stream, Subscription
+from pyalk._sync.worker import Worker
 from pyalk.errors import (
     AlkError,
     ClaimInTransaction,
@@ -27,21 +35,43 @@ from pyalk.errors import (
 )
 from pyalk.job import Job
 from pyalk.options import QueueOpts
+from pyalk.schedule_value import Fired, Schedule
+from pyalk.stop_token import AsyncStopToken, StopToken
+from pyalk.stream_event import StreamEvent
+from pyalk.worker_types import PermanentError, QueueStats, WorkerCounts
 
 __all__ = [
     "Alk",
     "AlkError",
     "AsyncAlk",
     "AsyncJobHandle",
+    "AsyncLock",
+    "AsyncOutbox",
     "AsyncQueue",
+    "AsyncStopToken",
+    "AsyncStream",
+    "AsyncSubscription",
+    "AsyncWorker",
     "ClaimInTransaction",
     "CodecError",
+    "Fired",
     "InvalidArgument",
     "InvalidName",
     "InvalidSchedule",
     "Job",
     "JobHandle",
     "LeadershipLost",
+    "Lock",
+    "Outbox",
+    "PermanentError",
     "Queue",
     "QueueOpts",
+    "QueueStats",
+    "Schedule",
+    "StopToken",
+    "Stream",
+    "StreamEvent",
+    "Subscription",
+    "Worker",
+    "WorkerCounts",
 ]

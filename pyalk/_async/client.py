@@ -23,8 +23,15 @@ from pyalk.errors import ClaimInTransaction, translate
 if TYPE_CHECKING:
     from typing import LiteralString
 
+    from pyalk._async.lock import AsyncLock
+    from pyalk._async.outbox import AsyncOutbox
     from pyalk._async.queue import AsyncQueue
+    from pyalk._async.stream import AsyncStream
+    from pyalk._async.worker import AsyncWorker, Handler
     from pyalk.options import QueueOpts
+    from pyalk.schedule_value import Fired, Schedule
+    from pyalk.stop_token import AsyncStopToken
+    from pyalk.worker_types import QueueStats
 
 Source = str | AsyncConnectionPool | AsyncConnection
 
@@ -78,6 +85,110 @@ class AsyncAlk:
         from pyalk._async.queue import AsyncQueue
 
         return AsyncQueue(self, name, opts)
+
+    def stream(self, name: str) -> AsyncStream:
+        from pyalk._async.stream import AsyncStream
+
+        return AsyncStream(self, name)
+
+    def outbox(self, name: str, opts: QueueOpts | None = None) -> AsyncOutbox:
+        from pyalk._async.outbox import AsyncOutbox
+
+        return AsyncOutbox(self, name, opts)
+
+    async def try_lock(self, name: str, owner: str, ttl: int) -> AsyncLock | None:
+        """Take the lease lock ``name`` for ``owner`` for ``ttl`` seconds; None
+        while another owner holds it. The lock releases on context exit."""
+        from pyalk._async.lock import try_lock
+
+        return await try_lock(self, name, owner, ttl)
+
+    def worker(self, queue: str, handler: Handler, **options: Any) -> AsyncWorker:
+        """A worker running ``handler`` on the jobs of ``queue``; ``options``
+        as :class:`~pyalk.AsyncWorker` takes them. Start it with ``run()``."""
+        from pyalk._async.worker import AsyncWorker
+
+        return AsyncWorker(self, queue, handler, **options)
+
+    async def stats(self, queue: str | None = None) -> list[QueueStats]:
+        """``alk.queue_stats``: counts by state, lag and next due time per
+        queue (or of one queue)."""
+        from pyalk._async.worker import queue_stats
+
+        return await queue_stats(self, queue)
+
+    # scheduler (docs/schedule.md) -------------------------------------------
+
+    async def schedule(
+        self,
+        name: str,
+        spec: str,
+        queue: str,
+        *,
+        priority: int | None = None,
+        max_attempts: int | None = None,
+        expires: int | None = None,
+        payload: Any = None,
+        tz: str | None = None,
+        conn: AsyncConnection | None = None,
+    ) -> int | None:
+        """``alk.schedule``: register or replace ``name``; its next fire time."""
+        from pyalk._async import schedule
+
+        return await schedule.schedule(self, name, spec, queue, priority=priority, max_attempts=max_attempts,
+                                       expires=expires, payload=payload, tz=tz, conn=conn)
+
+    async def get_schedule(self, name: str, *, conn: AsyncConnection | None = None) -> Schedule | None:
+        from pyalk._async import schedule
+
+        return await schedule.get_schedule(self, name, conn=conn)
+
+    async def list_schedules(self, *, conn: AsyncConnection | None = None) -> list[Schedule]:
+        from pyalk._async import schedule
+
+        return await schedule.list_schedules(self, conn=conn)
+
+    async def unschedule(self, name: str, *, conn: AsyncConnection | None = None) -> bool:
+        from pyalk._async import schedule
+
+        return await schedule.unschedule(self, name, conn=conn)
+
+    async def cron_next(self, spec: str, after: int, tz: str | None = None) -> int | None:
+        from pyalk._async import schedule
+
+        return await schedule.cron_next(self, spec, after, tz)
+
+    async def tick(self, now: int | None = None, *, conn: AsyncConnection | None = None) -> list[Fired]:
+        from pyalk._async import schedule
+
+        return await schedule.tick(self, now, conn=conn)
+
+    async def run_schedules(
+        self, stop: AsyncStopToken, *, owner: str | None = None, lease_ttl: int = 30, poll_interval: float = 5.0
+    ) -> None:
+        """Fire due schedules while this process leads (lease ``alk:scheduler``),
+        until ``stop`` is cancelled; see :func:`pyalk._async.schedule.run_schedules`."""
+        from pyalk._async import schedule
+
+        await schedule.run_schedules(self, stop, owner=owner, lease_ttl=lease_ttl, poll_interval=poll_interval)
+
+    # listening (stream subscriptions) --------------------------------------
+
+    def _listen_conninfo(self) -> str:
+        """A conninfo for a dedicated connection to this client's database,
+        password included: a stream subscription LISTENs on its own connection
+        rather than holding one of the pool's. A pool's ``configure`` callback
+        is not replayed on it."""
+        from psycopg.conninfo import make_conninfo
+
+        if self._pool is not None:
+            # The pool's connect kwargs mix libpq parameters with psycopg's own.
+            psycopg_options = {"autocommit", "prepare_threshold", "context", "row_factory", "cursor_factory"}
+            extra = {k: v for k, v in (self._pool.kwargs or {}).items() if k not in psycopg_options}
+            return make_conninfo(self._pool.conninfo, **extra)
+        assert self._conn is not None
+        info = self._conn.info
+        return make_conninfo(info.dsn, **({"password": info.password} if info.password else {}))
 
     # plumbing --------------------------------------------------------------
 

@@ -25,8 +25,15 @@ from pyalk.errors import ClaimInTransaction, translate
 if TYPE_CHECKING:
     from typing import LiteralString
 
+    from pyalk._sync.lock import Lock
+    from pyalk._sync.outbox import Outbox
     from pyalk._sync.queue import Queue
+    from pyalk._sync.stream import Stream
+    from pyalk._sync.worker import Worker, Handler
     from pyalk.options import QueueOpts
+    from pyalk.schedule_value import Fired, Schedule
+    from pyalk.stop_token import StopToken
+    from pyalk.worker_types import QueueStats
 
 Source = str | ConnectionPool | Connection
 
@@ -80,6 +87,110 @@ class Alk:
         from pyalk._sync.queue import Queue
 
         return Queue(self, name, opts)
+
+    def stream(self, name: str) -> Stream:
+        from pyalk._sync.stream import Stream
+
+        return Stream(self, name)
+
+    def outbox(self, name: str, opts: QueueOpts | None = None) -> Outbox:
+        from pyalk._sync.outbox import Outbox
+
+        return Outbox(self, name, opts)
+
+    def try_lock(self, name: str, owner: str, ttl: int) -> Lock | None:
+        """Take the lease lock ``name`` for ``owner`` for ``ttl`` seconds; None
+        while another owner holds it. The lock releases on context exit."""
+        from pyalk._sync.lock import try_lock
+
+        return try_lock(self, name, owner, ttl)
+
+    def worker(self, queue: str, handler: Handler, **options: Any) -> Worker:
+        """A worker running ``handler`` on the jobs of ``queue``; ``options``
+        as :class:`~pyalk.Worker` takes them. Start it with ``run()``."""
+        from pyalk._sync.worker import Worker
+
+        return Worker(self, queue, handler, **options)
+
+    def stats(self, queue: str | None = None) -> list[QueueStats]:
+        """``alk.queue_stats``: counts by state, lag and next due time per
+        queue (or of one queue)."""
+        from pyalk._sync.worker import queue_stats
+
+        return queue_stats(self, queue)
+
+    # scheduler (docs/schedule.md) -------------------------------------------
+
+    def schedule(
+        self,
+        name: str,
+        spec: str,
+        queue: str,
+        *,
+        priority: int | None = None,
+        max_attempts: int | None = None,
+        expires: int | None = None,
+        payload: Any = None,
+        tz: str | None = None,
+        conn: Connection | None = None,
+    ) -> int | None:
+        """``alk.schedule``: register or replace ``name``; its next fire time."""
+        from pyalk._sync import schedule
+
+        return schedule.schedule(self, name, spec, queue, priority=priority, max_attempts=max_attempts,
+                                       expires=expires, payload=payload, tz=tz, conn=conn)
+
+    def get_schedule(self, name: str, *, conn: Connection | None = None) -> Schedule | None:
+        from pyalk._sync import schedule
+
+        return schedule.get_schedule(self, name, conn=conn)
+
+    def list_schedules(self, *, conn: Connection | None = None) -> list[Schedule]:
+        from pyalk._sync import schedule
+
+        return schedule.list_schedules(self, conn=conn)
+
+    def unschedule(self, name: str, *, conn: Connection | None = None) -> bool:
+        from pyalk._sync import schedule
+
+        return schedule.unschedule(self, name, conn=conn)
+
+    def cron_next(self, spec: str, after: int, tz: str | None = None) -> int | None:
+        from pyalk._sync import schedule
+
+        return schedule.cron_next(self, spec, after, tz)
+
+    def tick(self, now: int | None = None, *, conn: Connection | None = None) -> list[Fired]:
+        from pyalk._sync import schedule
+
+        return schedule.tick(self, now, conn=conn)
+
+    def run_schedules(
+        self, stop: StopToken, *, owner: str | None = None, lease_ttl: int = 30, poll_interval: float = 5.0
+    ) -> None:
+        """Fire due schedules while this process leads (lease ``alk:scheduler``),
+        until ``stop`` is cancelled; see :func:`pyalk._sync.schedule.run_schedules`."""
+        from pyalk._sync import schedule
+
+        schedule.run_schedules(self, stop, owner=owner, lease_ttl=lease_ttl, poll_interval=poll_interval)
+
+    # listening (stream subscriptions) --------------------------------------
+
+    def _listen_conninfo(self) -> str:
+        """A conninfo for a dedicated connection to this client's database,
+        password included: a stream subscription LISTENs on its own connection
+        rather than holding one of the pool's. A pool's ``configure`` callback
+        is not replayed on it."""
+        from psycopg.conninfo import make_conninfo
+
+        if self._pool is not None:
+            # The pool's connect kwargs mix libpq parameters with psycopg's own.
+            psycopg_options = {"autocommit", "prepare_threshold", "context", "row_factory", "cursor_factory"}
+            extra = {k: v for k, v in (self._pool.kwargs or {}).items() if k not in psycopg_options}
+            return make_conninfo(self._pool.conninfo, **extra)
+        assert self._conn is not None
+        info = self._conn.info
+        return make_conninfo(info.dsn, **({"password": info.password} if info.password else {}))
 
     # plumbing --------------------------------------------------------------
 
