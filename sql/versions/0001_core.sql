@@ -170,6 +170,19 @@ AS $$
 $$;
 COMMENT ON FUNCTION alk._sat_mul_pow2(bigint, bigint) IS 'internal: base * 2^exponent clamped to the bigint range';
 
+-- NOTIFY channel names: prefix || the first 32 hex digits of sha256(name as
+-- UTF-8), so a channel is short and fixed-length whatever the name (the
+-- limit is 63 bytes), and each queue or stream has its own. sha256 rather
+-- than md5: servers in FIPS mode refuse md5.
+CREATE FUNCTION alk._channel(prefix text, name text)
+RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT prefix || pg_catalog.left(pg_catalog.encode(pg_catalog.sha256(pg_catalog.convert_to(name, 'UTF8')), 'hex'), 32)
+$$;
+COMMENT ON FUNCTION alk._channel(text, text) IS 'internal: a NOTIFY channel name for a queue or stream name';
+
 -- Argument checks shared by every mechanism.
 CREATE FUNCTION alk._check_int4(argument text, value bigint)
 RETURNS integer

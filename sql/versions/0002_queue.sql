@@ -118,11 +118,8 @@ COMMENT ON FUNCTION alk._purge_at(bigint, bigint) IS
 
 -- wake-ups --------------------------------------------------------------------
 
--- A queue's channel is 'alk_q_' followed by 32 hex digits of sha256(queue),
--- the convention of alk.stream_channel: a 38-byte identifier whatever the
--- name's length or bytes (the channel limit is 63), one channel per queue so a
--- worker hears only its own. sha256 rather than md5: FIPS servers refuse md5.
--- The payload is empty, so PostgreSQL folds the notifications of one
+-- A queue's channel is alk._channel('alk_q_', queue): 38 bytes whatever the
+-- name, one per queue so a worker hears only its own. The payload is empty, so PostgreSQL folds the notifications of one
 -- transaction into one; NOTIFY is delivered at commit, and a rolled-back
 -- enqueue wakes nobody.
 CREATE FUNCTION alk._queue_channel(queue text)
@@ -130,8 +127,7 @@ RETURNS text
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT 'alk_q_' || pg_catalog.left(pg_catalog.encode(
-        pg_catalog.sha256(pg_catalog.convert_to($1, 'UTF8')), 'hex'), 32)
+    SELECT alk._channel('alk_q_', $1)
 $$;
 COMMENT ON FUNCTION alk._queue_channel(text) IS 'internal: the NOTIFY channel of a queue (no name check)';
 

@@ -98,9 +98,7 @@ RETURNS text
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
-    -- sha256 rather than md5: md5 is refused by servers in FIPS mode.
-    SELECT 'alk_s_' || pg_catalog.left(pg_catalog.encode(
-        pg_catalog.sha256(pg_catalog.convert_to($1, 'UTF8')), 'hex'), 32)
+    SELECT alk._channel('alk_s_', $1)
 $$;
 COMMENT ON FUNCTION alk._stream_channel(text) IS 'internal: the NOTIFY channel of a stream (no name check)';
 
