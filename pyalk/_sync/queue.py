@@ -156,6 +156,32 @@ class Queue:
         """Bury expired jobs and purge dead ones past retention; how many rows changed."""
         return int(self._alk._value("SELECT alk.sweep_expired(%(queue)s)", {"queue": self.name}))
 
+    # worker support (0007): thin forwards to the bindings in the worker module
+
+    def next_claim_at(self) -> int | None:
+        """When a claim can next return a job; None when the queue holds none."""
+        from pyalk._sync.worker import next_claim_at
+
+        return next_claim_at(self._alk, self.name)
+
+    def list_jobs(self, state: str | None = None, *, limit: int = 100, after_id: int | None = None) -> list[Job]:
+        """Up to ``limit`` jobs in id order, in one state or any, after ``after_id``."""
+        from pyalk._sync.worker import list_jobs
+
+        return list_jobs(self._alk, self.name, state, limit=limit, after_id=after_id)
+
+    def requeue_dead(self, job_ids: Iterable[int] | None = None) -> int:
+        """Dead jobs (all, or those of ``job_ids``) back to pending with fresh attempts."""
+        from pyalk._sync.worker import requeue_dead
+
+        return requeue_dead(self._alk, self.name, job_ids)
+
+    def channel(self) -> str:
+        """The LISTEN channel notified when jobs are enqueued here."""
+        from pyalk._sync.worker import queue_channel
+
+        return queue_channel(self._alk, self.name)
+
 
 class JobHandle:
     """A claimed job. Its ops carry the claim's fencing token (``attempts``),

@@ -185,3 +185,17 @@ async def test_a_pool_or_a_connection_can_back_the_client(dsn):
         assert job is not None and job.payload == "from pool"
     finally:
         await conn.close()
+
+
+async def test_dead_jobs_can_be_listed_and_requeued_through_the_queue(alk):
+    queue = alk.queue("q")
+    job_id = await queue.enqueue("x", max_attempts=1)
+    handle = await queue.claim_one("w")
+    assert handle is not None and await handle.fail("boom") is True
+    assert [job.id for job in await queue.list_jobs("dead")] == [job_id]
+    assert await queue.next_claim_at() is None
+    assert await queue.requeue_dead() == 1
+    job = await queue.get_job(job_id)
+    assert job is not None and (job.state, job.attempts, job.last_error) == ("pending", 0, None)
+    assert (await queue.channel()).startswith("alk_q_")
+    assert await queue.next_claim_at() is not None

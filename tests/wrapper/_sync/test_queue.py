@@ -186,3 +186,17 @@ def test_a_pool_or_a_connection_can_back_the_client(dsn):
         assert job is not None and job.payload == "from pool"
     finally:
         conn.close()
+
+
+def test_dead_jobs_can_be_listed_and_requeued_through_the_queue(alk):
+    queue = alk.queue("q")
+    job_id = queue.enqueue("x", max_attempts=1)
+    handle = queue.claim_one("w")
+    assert handle is not None and handle.fail("boom") is True
+    assert [job.id for job in queue.list_jobs("dead")] == [job_id]
+    assert queue.next_claim_at() is None
+    assert queue.requeue_dead() == 1
+    job = queue.get_job(job_id)
+    assert job is not None and (job.state, job.attempts, job.last_error) == ("pending", 0, None)
+    assert (queue.channel()).startswith("alk_q_")
+    assert queue.next_claim_at() is not None
