@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, overload
 
 from pyalk.errors import CodecError, InvalidArgument
 
@@ -45,6 +45,12 @@ def bigint(value: int | None, argument: str) -> int | None:
     return value
 
 
+@overload
+def text(value: str, argument: str) -> str: ...
+@overload
+def text(value: None, argument: str) -> None: ...
+@overload
+def text(value: str | None, argument: str) -> str | None: ...
 def text(value: str | None, argument: str) -> str | None:
     """An optional text argument: a str without NUL (PostgreSQL text cannot hold it)."""
     if value is None:

@@ -17,7 +17,7 @@ import queue
 import signal
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -125,7 +125,7 @@ class AsyncRuntime:
     """How the async worker starts loops, checks handlers and traps signals."""
 
     @staticmethod
-    def spawn(fn: Callable[..., Awaitable[Any]], *args: Any, name: str) -> AsyncTask:
+    def spawn(fn: Callable[..., Coroutine[Any, Any, Any]], *args: Any, name: str) -> AsyncTask:
         return AsyncTask(asyncio.get_running_loop().create_task(fn(*args), name=name))
 
     @staticmethod
@@ -187,7 +187,7 @@ class AsyncPool:
         self._name = name
         self._tasks: set[asyncio.Task[Any]] = set()
 
-    def submit(self, fn: Callable[..., Awaitable[Any]], *args: Any) -> None:
+    def submit(self, fn: Callable[..., Coroutine[Any, Any, Any]], *args: Any) -> None:
         task = asyncio.get_running_loop().create_task(fn(*args), name=self._name)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)

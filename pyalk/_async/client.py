@@ -182,10 +182,13 @@ class AsyncAlk:
         from psycopg.conninfo import make_conninfo
 
         if self._pool is not None:
+            conninfo, kwargs = self._pool.conninfo, self._pool.kwargs or {}
+            if not isinstance(conninfo, str) or not isinstance(kwargs, dict):
+                raise TypeError("subscribing needs a pool built from a conninfo string, not a connection callable")
             # The pool's connect kwargs mix libpq parameters with psycopg's own.
             psycopg_options = {"autocommit", "prepare_threshold", "context", "row_factory", "cursor_factory"}
-            extra = {k: v for k, v in (self._pool.kwargs or {}).items() if k not in psycopg_options}
-            return make_conninfo(self._pool.conninfo, **extra)
+            extra = {k: v for k, v in kwargs.items() if k not in psycopg_options}
+            return make_conninfo(conninfo, **extra)
         assert self._conn is not None
         info = self._conn.info
         return make_conninfo(info.dsn, **({"password": info.password} if info.password else {}))
