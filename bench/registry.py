@@ -37,6 +37,8 @@ class Mode:
     e2e_jobs: int
     e2e_concurrency: tuple[int, ...]
     stream_events: int
+    wake_samples: int  # fresh wake-ups timed per listener (wake and stream tail latency)
+    replay_events: int  # events in the stream the replay reads end to end
 
     @property
     def quick(self) -> bool:
@@ -57,6 +59,8 @@ QUICK = Mode(
     e2e_jobs=200,
     e2e_concurrency=(1, 10),
     stream_events=2_000,
+    wake_samples=30,
+    replay_events=5_000,
 )
 
 FULL = Mode(
@@ -73,6 +77,8 @@ FULL = Mode(
     e2e_jobs=3_000,
     e2e_concurrency=(1, 10),
     stream_events=50_000,
+    wake_samples=300,
+    replay_events=100_000,
 )
 
 MODES = {"quick": QUICK, "full": FULL}

@@ -6,6 +6,7 @@ concurrency 1 and 10. Each runner is a subprocess (bench/peers/)."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -24,7 +25,7 @@ PEERS: dict[str, str] = {
 }
 
 
-def run_peer(ctx: Context, name: str, jobs: int, concurrency: int) -> dict[str, Any]:
+def run_peer(ctx: Context, name: str, jobs: int, concurrency: int, env: dict[str, str] | None = None) -> dict[str, Any]:
     module = PEERS[name]
     with ctx.server.fresh_db(f"alk_bench_{name.replace('-', '_')}", pyalk=name == "pyalk", floor=False) as db:
         args = [
@@ -44,7 +45,14 @@ def run_peer(ctx: Context, name: str, jobs: int, concurrency: int) -> dict[str, 
             args += ["--node-modules", ctx.peers_dir]
         timeout = 120 + jobs / 20  # a generous bound: 20 jobs/s
         args += ["--timeout", str(timeout)]
-        proc = subprocess.run(args, capture_output=True, text=True, timeout=timeout + 30, check=False)
+        proc = subprocess.run(
+            args,
+            capture_output=True,
+            text=True,
+            timeout=timeout + 30,
+            check=False,
+            env=dict(os.environ, **(env or {})),
+        )
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
     if proc.returncode == 3 and lines:
         return {"peer": name, "unavailable": json.loads(lines[-1])["unavailable"]}
@@ -65,14 +73,30 @@ def e2e_process(ctx: Context) -> RowResult:
     started = time.perf_counter()
     mode = ctx.mode
     results: list[dict[str, Any]] = []
-    ctx.progress.start("end to end: pyalk vs peers", total=len(PEERS) * len(mode.e2e_concurrency))
+    variants: list[dict[str, Any]] = []  # every pyalk run, both worker forms
+    total = (len(PEERS) - 1 + len(pyalk_worker.VARIANTS)) * len(mode.e2e_concurrency)
+    ctx.progress.start("end to end: pyalk vs peers", total=total)
     for concurrency in mode.e2e_concurrency:
         for name in PEERS:
-            ctx.progress.note(f"{name} at concurrency {concurrency}")
-            result = run_peer(ctx, name, mode.e2e_jobs, concurrency)
+            if name == "pyalk":
+                # Both worker forms; the better one stands for pyalk.
+                runs = []
+                for variant in pyalk_worker.VARIANTS:
+                    ctx.progress.note(f"pyalk ({variant}) at concurrency {concurrency}")
+                    r = run_peer(ctx, name, mode.e2e_jobs, concurrency, env={"ALK_BENCH_PYALK_VARIANT": variant})
+                    r["concurrency"] = concurrency
+                    r["variant"] = variant
+                    runs.append(r)
+                    ctx.progress.advance()
+                variants += runs
+                done = [r for r in runs if r.get("jobs_per_s")]
+                result = max(done, key=lambda r: r["jobs_per_s"]) if done else runs[0]
+            else:
+                ctx.progress.note(f"{name} at concurrency {concurrency}")
+                result = run_peer(ctx, name, mode.e2e_jobs, concurrency)
+                ctx.progress.advance()
             result["concurrency"] = concurrency
             results.append(result)
-            ctx.progress.advance()
     records: list[dict[str, Any]] = []
     notes: list[str] = []
     for concurrency in mode.e2e_concurrency:
@@ -80,9 +104,12 @@ def e2e_process(ctx: Context) -> RowResult:
         peers_ok = [r for r in here if r.get("jobs_per_s") and r["peer"] != "pyalk"]
         best = max(peers_ok, key=lambda r: r["jobs_per_s"]) if peers_ok else None
         for r in here:
+            system = r["peer"]
+            if system == "pyalk" and r.get("variant"):
+                system = f"pyalk ({r['variant']})"
             record: dict[str, Any] = {
                 "concurrency": concurrency,
-                "system": r["peer"],
+                "system": system,
                 "version": r.get("version", ""),
                 "process jobs/s": round(r["jobs_per_s"], 1) if r.get("jobs_per_s") else None,
                 "enqueue jobs/s": round(r["enqueue_jobs_per_s"], 1) if r.get("enqueue_jobs_per_s") else None,
@@ -98,9 +125,19 @@ def e2e_process(ctx: Context) -> RowResult:
                 notes.append(f"{r['peer']} (concurrency {concurrency}) failed: {r['error'][-300:]}")
     settings = {r["peer"]: r.get("settings") for r in results if r.get("settings")}
     notes.append(f"N = {mode.e2e_jobs:,} jobs per system and concurrency; server settings as stated above.")
-    notes.append("Peer settings: " + "; ".join(f"{k}: {json.dumps(v)}" for k, v in settings.items()))
+    if variants and not pyalk_worker.missing():
+        both = ", ".join(
+            f"c={r['concurrency']} {r['variant']} "
+            + (f"{r['jobs_per_s']:,.0f} jobs/s" if r.get("jobs_per_s") else "failed")
+            for r in variants
+        )
+        notes.append(
+            "pyalk ran both worker forms (the async AsyncWorker and the threaded Worker) in separate databases "
+            f"one after the other; the table shows the better at each concurrency. Both: {both}."
+        )
+    notes.append("Settings: " + "; ".join(f"{k}: {json.dumps(v)}" for k, v in settings.items()))
     if pyalk_worker.missing():
-        notes.append("pyalk's row is pending until pyalk.worker exists; the peers' numbers are real.")
+        notes.append("pyalk's row is pending until its worker is importable; the peers' numbers are real.")
     return RowResult(
         key="e2e.process",
         title="enqueue and process N no-op jobs",
@@ -108,6 +145,6 @@ def e2e_process(ctx: Context) -> RowResult:
         columns=["concurrency", "system", "version", "process jobs/s", "enqueue jobs/s", "vs best peer", "status"],
         records=records,
         notes=list(dict.fromkeys(notes)),
-        extra={"raw": results},
+        extra={"raw": results, "pyalk_variants": variants},
         seconds=time.perf_counter() - started,
     )

@@ -3,13 +3,24 @@
 * claim latency against the backlog (10^3 .. 10^6 pending): flat is the goal;
 * the stale-statistics case: alk.jobs ANALYZEd while empty, then refilled,
   must not make enqueue or claim slower than with fresh statistics;
-* wake latency (LISTEN/NOTIFY) and the stream rows wait for the worker and
-  streams: registered as pending until those exist.
+* wake latency: enqueue commit to handler start with the worker idle on
+  LISTEN/NOTIFY, against a bare LISTEN;
+* streams: publish commit to subscriber yield, and replay throughput.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
+import queue
+import random
+import secrets
+import subprocess
+import sys
+import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -331,36 +342,323 @@ def sweep_vs_dead(ctx: Context) -> RowResult:
 
 
 def _needs_worker(ctx: Context) -> str | None:
+    from bench.peers.pyalk_worker import missing
+
+    return missing()
+
+
+def _needs_subscribe(ctx: Context) -> str | None:
+    from bench.peers.pyalk_worker import missing_subscribe
+
+    return missing_subscribe()
+
+
+def _now_ns() -> int:
+    """CLOCK_MONOTONIC, the clock the listening process stamps with."""
+    return time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+
+
+class Listener:
+    """A listening subprocess (bench/peers/pyalk_worker.py --listen KIND):
+    a worker or subscription idle on LISTEN, one stdout line per wake-up."""
+
+    def __init__(self, ctx: Context, db: str, kind: str) -> None:
+        env = dict(os.environ)
+        if ctx.session_options:
+            env["PGOPTIONS"] = ctx.session_options
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "bench.peers.pyalk_worker", "--listen", kind, "--dsn", ctx.server.dsn_for(db)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=str(Path(__file__).resolve().parent.parent),
+            env=env,
+        )
+        self.lines: queue.Queue[str | None] = queue.Queue()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+        if self.next_line(30.0) != "ready":
+            raise RuntimeError(f"listener {kind} did not start: {self._stderr()}")
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.put(line.strip())
+        self.lines.put(None)
+
+    def _stderr(self) -> str:
+        self.close()
+        return (self.proc.stderr.read() if self.proc.stderr else "")[-2000:]
+
+    def next_line(self, timeout: float) -> str:
+        try:
+            line = self.lines.get(timeout=timeout)
+        except queue.Empty:
+            raise RuntimeError(f"no wake-up within {timeout} s") from None
+        if line is None:
+            raise RuntimeError(f"the listener exited: {self._stderr()}")
+        return line
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            with contextlib.suppress(OSError):
+                assert self.proc.stdin is not None
+                self.proc.stdin.close()  # the worker stops when stdin closes
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def wake_samples(ctx: Context, db: str, kind: str, statement: str, samples: int) -> dict[str, list[float]]:
+    """One item at a time: run ``statement`` (an autocommit enqueue or
+    publish of ``{"seq": i}``), stamp when its commit returns, wait for the
+    listener's line, then a pause of 20-40 ms so the listener is idle again
+    (every sample a fresh wake-up). Milliseconds from commit return and from
+    statement send to the listener's stamp."""
+    rng = random.Random(7)
+    listener = Listener(ctx, db, kind)
+    from_commit: list[float] = []
+    from_send: list[float] = []
     try:
-        import pyalk.worker  # type: ignore[import-not-found]  # noqa: F401
-    except ImportError:
-        return "pyalk's worker (LISTEN/NOTIFY wake-ups) does not exist yet"
-    return None
+        with pg.connect(ctx, db) as conn:
+            for i in range(WAKE_WARMUP + samples):
+                payload = json.dumps({"seq": i})
+                t_send = _now_ns()
+                conn.execute(statement, [payload], prepare=True)  # type: ignore[arg-type]
+                t_commit = _now_ns()
+                seq_text, stamp_text = listener.next_line(30.0).split()
+                stamp = int(stamp_text)
+                if not kind.startswith("bare") and int(seq_text) != i:
+                    raise RuntimeError(f"wake-up for item {seq_text}, expected {i}")
+                if i >= WAKE_WARMUP:
+                    from_commit.append((stamp - t_commit) / 1e6)
+                    from_send.append((stamp - t_send) / 1e6)
+                time.sleep(rng.uniform(0.02, 0.04))
+    finally:
+        listener.close()
+    return {"from_commit": from_commit, "from_send": from_send}
+
+
+WAKE_WARMUP = 5
+ENQUEUE_WAKE = "SELECT alk.enqueue('wake', %s::jsonb)"
+PUBLISH_TAIL = "SELECT alk.publish('tail', %s::jsonb)"
+
+
+def _latency_record(label: str, samples: dict[str, list[float]]) -> dict[str, Any]:
+    c = pg.percentiles(samples["from_commit"])
+    s = pg.percentiles(samples["from_send"])
+    return {
+        "system": label,
+        "samples": len(samples["from_commit"]),
+        "p50 ms": _ms(c["p50"]),
+        "p90 ms": _ms(c["p90"]),
+        "p99 ms": _ms(c["p99"]),
+        "max ms": _ms(max(samples["from_commit"])),
+        "p50 from send ms": _ms(s["p50"]),
+    }
 
 
 @row(
     "latency.wake",
     "latency",
     "wake latency (enqueue commit to handler start)",
-    "p50/p99 from the enqueue's commit to the handler's first line, with the worker idle on LISTEN/NOTIFY.",
+    "An AsyncWorker idle on LISTEN/NOTIFY (60 s fallback poll) in its own process; the enqueuer (another "
+    "process) runs one autocommit alk.enqueue at a time and stamps CLOCK_MONOTONIC when the commit returns, the "
+    "handler stamps the same clock on its first line; items 20-40 ms apart so each wake is a fresh one. Floors: "
+    "a bare psycopg LISTEN on the same channel, stamped when the notification arrives, and the same followed by "
+    "one prepared alk.claim (what any wake-up must do before a handler can start). Target: p50 <= 1 ms.",
     requires=_needs_worker,
 )
-def wake_latency(ctx: Context) -> RowResult:  # pragma: no cover - slot for the worker
-    from bench.peers.pyalk_worker import wake_latency as measure
+def wake_latency(ctx: Context) -> RowResult:
+    started = time.perf_counter()
+    n = ctx.mode.wake_samples
+    ctx.progress.start("wake latency", total=3)
+    records = []
+    raw: dict[str, Any] = {}
+    with ctx.server.fresh_db("alk_bench_wake", floor=False) as db:
+        for kind, label in (
+            ("wake", "pyalk AsyncWorker"),
+            ("listen-claim", "bare LISTEN + alk.claim on psycopg (no worker)"),
+            ("bare-queue", "floor: bare LISTEN (no claim)"),
+        ):
+            ctx.progress.note(f"wake latency: {label}, {n} samples")
+            samples = wake_samples(ctx, db, kind, ENQUEUE_WAKE, n)
+            raw[kind] = samples
+            records.append(_latency_record(label, samples))
+            ctx.progress.advance()
+    ours, claim_only, floor = records
+    return RowResult(
+        key="latency.wake",
+        title="wake latency (enqueue commit to handler start)",
+        status="ok",
+        columns=list(ours.keys()),
+        records=records,
+        notes=[
+            f"{n} samples per system after {WAKE_WARMUP} warm-up ones; latency = listener stamp - enqueuer's stamp "
+            "when its commit returned (p50 from send: from when the enqueue was sent, i.e. including the "
+            "enqueue's own round trip and commit). The bare LISTEN floor may be at or below zero: the server "
+            "signals listeners at commit, before the enqueuer's reply is on its way.",
+            f"p50 split: notification {floor['p50 ms']} ms; + the alk.claim round trip that must follow it "
+            f"{claim_only['p50 ms'] - floor['p50 ms']:.3f} ms (bare LISTEN + alk.claim on psycopg); + the worker's "
+            f"own path (LISTEN task to claim loop, pool, row decoding, handler task) "
+            f"{ours['p50 ms'] - claim_only['p50 ms']:.3f} ms.",
+        ],
+        extra={"raw": raw},
+        seconds=time.perf_counter() - started,
+    )
 
-    return measure(ctx)
+
+def _fill_stream(conn: psycopg.Connection[Any], events: int) -> None:
+    left = events
+    while left > 0:
+        k = min(pg.FILL_CHUNK, left)
+        conn.execute(
+            "SELECT count(*) FROM alk.publish_batch('replay', array_fill(%s::jsonb, ARRAY[%s::int]))",
+            [pg.PAYLOAD, k],
+        )
+        left -= k
+    conn.execute(
+        "INSERT INTO alk_floor.events (stream, payload) SELECT 'replay', %s::jsonb FROM generate_series(1, %s)",
+        [pg.PAYLOAD, events],
+    )
+
+
+def _replay_wrapper(ctx: Context, db: str, events: int) -> float:
+    """Stream.read_since(after, 100) from 0 to the end; events/s."""
+    from pyalk import Alk
+
+    with Alk(ctx.server.dsn_for(db), max_connections=1) as alk:
+        stream = alk.stream("replay")
+        stream.read_since(0, 100)  # pool open, statement prepared
+        seen, after = 0, 0
+        t0 = time.perf_counter()
+        while True:
+            batch = stream.read_since(after, 100)
+            if not batch:
+                break
+            seen += len(batch)
+            after = batch[-1].offset
+        elapsed = time.perf_counter() - t0
+    if seen != events:
+        raise RuntimeError(f"replay read {seen} events, expected {events}")
+    return seen / elapsed
+
+
+def _replay_subscribe(ctx: Context, db: str, events: int) -> float:
+    """subscribe() (batch 100) from a new consumer to the last event; events/s."""
+    from pyalk import Alk
+
+    with Alk(ctx.server.dsn_for(db), max_connections=1) as alk:
+        seen = 0
+        t0 = time.perf_counter()
+        with alk.stream("replay").subscribe(f"replay-{secrets.token_hex(4)}", batch=100) as subscription:
+            for event in subscription:
+                seen += 1
+                if event.offset >= events:
+                    break
+        elapsed = time.perf_counter() - t0
+    return seen / elapsed
+
+
+def _replay_sql(ctx: Context, db: str, events: int, floor: bool) -> float:
+    """The same batches as bare statements on psycopg (prepared, tuples):
+    alk.read_since, or the floor's index range scan."""
+    statement = (
+        "SELECT * FROM alk_floor.events WHERE stream = 'replay' AND event_offset > %s ORDER BY event_offset LIMIT 100"
+        if floor
+        else "SELECT * FROM alk.read_since('replay', %s, 100)"
+    )
+    with pg.connect(ctx, db) as conn:
+        offset_at = 1
+        conn.execute(statement, [0], prepare=True)  # type: ignore[arg-type]
+        seen, after = 0, 0
+        t0 = time.perf_counter()
+        while True:
+            rows = conn.execute(statement, [after], prepare=True).fetchall()  # type: ignore[arg-type]
+            if not rows:
+                break
+            seen += len(rows)
+            after = rows[-1][offset_at]
+        elapsed = time.perf_counter() - t0
+    if seen != events:
+        raise RuntimeError(f"replay read {seen} events, expected {events}")
+    return seen / elapsed
 
 
 @row(
     "latency.stream_tail",
     "latency",
     "stream tail latency and replay throughput",
-    "Publish-commit to subscriber-yield latency, and read_since replay throughput over a long stream.",
-    requires=lambda ctx: _needs_subscribe(),
+    "Tail: a subscribe() iterator idle on LISTEN in its own process; the publisher runs one autocommit "
+    "alk.publish at a time (20-40 ms apart) and stamps CLOCK_MONOTONIC when its commit returns, the subscriber "
+    "stamps when the event is yielded; floor: a bare LISTEN on the stream's channel. Replay: read a pre-filled "
+    "stream from offset 0 to its end in batches of 100, through the wrapper, subscribe(), and bare SQL; floor: "
+    "an index range scan of an append-only table with the same rows.",
+    requires=_needs_subscribe,
 )
-def stream_tail(ctx: Context) -> RowResult:  # pragma: no cover - slot for streams
-    raise NotImplementedError("stream tail latency: write it when pyalk's subscribe() lands")
-
-
-def _needs_subscribe() -> str | None:
-    return "pyalk's stream subscribe() does not exist yet; this row is a slot for it"
+def stream_tail(ctx: Context) -> RowResult:
+    started = time.perf_counter()
+    mode = ctx.mode
+    ctx.progress.start("stream tail latency and replay", total=4)
+    with ctx.server.fresh_db("alk_bench_stream") as db:
+        tail = wake_samples(ctx, db, "stream", PUBLISH_TAIL, mode.wake_samples)
+        ctx.progress.advance()
+        bare = wake_samples(ctx, db, "bare-stream", PUBLISH_TAIL, mode.wake_samples)
+        ctx.progress.advance()
+        with pg.connect(ctx, db) as conn:
+            _fill_stream(conn, mode.replay_events)
+            pg.settle(conn)
+        ctx.progress.advance()
+        # Alternate the replays (two rounds, best of each) so load shifts hit all.
+        rates: dict[str, list[float]] = {"wrapper": [], "subscribe": [], "sql": [], "floor": []}
+        for _ in range(2):
+            rates["wrapper"].append(_replay_wrapper(ctx, db, mode.replay_events))
+            rates["floor"].append(_replay_sql(ctx, db, mode.replay_events, floor=True))
+            rates["sql"].append(_replay_sql(ctx, db, mode.replay_events, floor=False))
+            rates["subscribe"].append(_replay_subscribe(ctx, db, mode.replay_events))
+        ctx.progress.advance()
+    t, b = pg.percentiles(tail["from_commit"]), pg.percentiles(bare["from_commit"])
+    best = {k: max(v) for k, v in rates.items()}
+    floor = best["floor"]
+    records: list[dict[str, Any]] = [
+        {"metric": "tail latency p50 ms (publish commit to yield)", "pyalk": _ms(t["p50"]), "floor": _ms(b["p50"])},
+        {"metric": "tail latency p99 ms", "pyalk": _ms(t["p99"]), "floor": _ms(b["p99"])},
+        {
+            "metric": "replay events/s: Stream.read_since(after, 100)",
+            "pyalk": round(best["wrapper"]),
+            "floor": round(floor),
+            "pyalk/floor": round(best["wrapper"] / floor, 3),
+        },
+        {
+            "metric": "replay events/s: subscribe(batch=100)",
+            "pyalk": round(best["subscribe"]),
+            "floor": round(floor),
+            "pyalk/floor": round(best["subscribe"] / floor, 3),
+        },
+        {
+            "metric": "replay events/s: alk.read_since 100 on bare psycopg",
+            "pyalk": round(best["sql"]),
+            "floor": round(floor),
+            "pyalk/floor": round(best["sql"] / floor, 3),
+        },
+    ]
+    return RowResult(
+        key="latency.stream_tail",
+        title="stream tail latency and replay throughput",
+        status="ok",
+        columns=["metric", "pyalk", "floor", "pyalk/floor"],
+        records=records,
+        notes=[
+            f"tail: {mode.wake_samples} samples each after {WAKE_WARMUP} warm-up ones; floor = a bare LISTEN on "
+            "alk.stream_channel('tail'), stamped when the notification arrives (no read).",
+            f"replay: a stream of {mode.replay_events:,} events (and {mode.replay_events:,} rows in "
+            "alk_floor.events), VACUUM ANALYZEd; one client on one connection, batches of 100 from offset 0 to the "
+            "end; best of 2 alternating rounds. The floor is the same loop on psycopg: "
+            "SELECT ... WHERE stream = $1 AND event_offset > $2 ORDER BY event_offset LIMIT 100.",
+        ],
+        extra={"raw": {"tail": tail, "bare": bare, "replay": rates}},
+        seconds=time.perf_counter() - started,
+    )

@@ -90,6 +90,15 @@ PAIRS: list[Pair] = [
         "100 alk.publish calls in one statement vs one INSERT ... SELECT of 100 events.",
     ),
     Pair(
+        "sql.publish_batch_100",
+        "publish_batch 100",
+        "alk_publish_batch_100.sql",
+        "floor_publish_100.sql",
+        100,
+        "publish",
+        "One alk.publish_batch of 100 events per transaction vs one INSERT ... SELECT of 100 events.",
+    ),
+    Pair(
         "sql.read_since_100",
         "read_since 100",
         "alk_read_since_100.sql",

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from bench import report
+from bench import report, rows_e2e
 from bench.cli import run_rows
+from bench.peers import pyalk_worker
 from bench.registry import QUICK, Context, RowResult, load_rows
 from bench.server import Server
 from tests import conftest
@@ -28,6 +29,8 @@ TINY = dataclasses.replace(
     stale_backlog=500,
     xmin_seconds=1.0,
     stream_events=300,
+    wake_samples=5,
+    replay_events=500,
 )
 
 
@@ -88,8 +91,28 @@ def test_latency_and_hostile_rows_run(bench_ctx: Context) -> None:
     ]
 
 
-def test_rows_whose_mechanism_is_missing_are_pending_not_errors(bench_ctx: Context) -> None:
-    rows = load_rows()
-    results = run_rows(bench_ctx, [rows["latency.wake"], rows["latency.stream_tail"]])
-    for result in results:
-        assert result.status in ("pending", "ok"), (result.key, result.notes)
+def test_wake_and_stream_rows_run(bench_ctx: Context) -> None:
+    wake, tail = _run(bench_ctx, "latency.wake", "latency.stream_tail")
+    assert wake.status == "ok" and tail.status == "ok"
+    assert [rec["samples"] for rec in wake.records] == [5, 5, 5]
+    assert all(rec["p50 ms"] is not None for rec in wake.records)
+    metrics = [rec["metric"] for rec in tail.records]
+    assert any(m.startswith("tail latency p50") for m in metrics)
+    assert all(rec["pyalk"] > 0 for rec in tail.records if rec["metric"].startswith("replay"))
+    target = next(t for t in report.targets([wake, tail]) if t["target"].startswith("wake"))
+    assert target["measured"].startswith("p50 ")
+
+
+@pytest.mark.parametrize("variant", pyalk_worker.VARIANTS)
+def test_pyalk_worker_runner_processes_every_job(bench_ctx: Context, variant: str) -> None:
+    result = rows_e2e.run_peer(bench_ctx, "pyalk", 50, 2, env={"ALK_BENCH_PYALK_VARIANT": variant})
+    assert result.get("processed") == 50, result
+    assert result["settings"]["listen"] is False
+
+
+def test_a_missing_mechanism_is_pending_not_an_error(bench_ctx: Context) -> None:
+    from bench.registry import Row
+
+    row = Row("latency.none", "latency", "t", "a", lambda ctx: RowResult("x", "x", "ok"), lambda ctx: "not yet")
+    (result,) = run_rows(bench_ctx, [row])
+    assert result.status == "pending" and result.notes == ["not yet"]
