@@ -81,19 +81,24 @@ def pg_server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathF
     yield Server(dsn=dsn, version=version)
 
 
-@pytest.fixture(scope="session")
-def template_db(pg_server: Server) -> Iterator[str]:
-    """A migrated template database, built once per session."""
-    name = f"pyalk_tpl_{os.getpid()}_{secrets.token_hex(3)}"
+def _janitor(pg_server: Server, dbname: str, **options: object) -> DatabaseJanitor:
+    """pytest-postgresql's janitor for one database on the session's server."""
     params = pg_server.params()
-    janitor = DatabaseJanitor(
+    return DatabaseJanitor(
         user=params.get("user", "postgres"),
         host=params.get("host", "localhost"),
         port=params.get("port", "5432"),
         password=params.get("password"),
-        dbname=name,
-        as_template=True,
+        dbname=dbname,
+        **options,  # type: ignore[arg-type]
     )
+
+
+@pytest.fixture(scope="session")
+def template_db(pg_server: Server) -> Iterator[str]:
+    """A migrated template database, built once per session."""
+    name = f"pyalk_tpl_{os.getpid()}_{secrets.token_hex(3)}"
+    janitor = _janitor(pg_server, name, as_template=True)
     janitor.init()
     try:
         migrate.upgrade(pg_server.dsn_for(name))
@@ -106,15 +111,7 @@ def template_db(pg_server: Server) -> Iterator[str]:
 def dsn(pg_server: Server, template_db: str) -> Iterator[str]:
     """conninfo of a fresh database copied from the migrated template."""
     name = f"pyalk_t_{secrets.token_hex(6)}"
-    params = pg_server.params()
-    janitor = DatabaseJanitor(
-        user=params.get("user", "postgres"),
-        host=params.get("host", "localhost"),
-        port=params.get("port", "5432"),
-        password=params.get("password"),
-        dbname=name,
-        template_dbname=template_db,
-    )
+    janitor = _janitor(pg_server, name, template_dbname=template_db)
     janitor.init()
     try:
         yield pg_server.dsn_for(name)
