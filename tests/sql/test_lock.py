@@ -3,28 +3,17 @@ through alk.* only."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import psycopg
 import pytest
 
 from tests.conftest import pin_clock
+from tests.sql.helpers import raises_lk
 
 NOW = 1_700_000_000
 BIGINT_MAX = 2**63 - 1
 BIGINT_MIN = -(2**63)
-
-
-@contextmanager
-def raises_lk(code: str, *fragments: str) -> Iterator[None]:
-    with pytest.raises(psycopg.Error) as caught:
-        yield
-    assert caught.value.sqlstate == code, caught.value
-    message = caught.value.diag.message_primary or ""
-    for fragment in fragments:
-        assert fragment in message, message
 
 
 @pytest.fixture

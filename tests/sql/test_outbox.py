@@ -3,27 +3,16 @@ through alk.* only, plus the claim refactor (alk.claim over alk._claim)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import psycopg
 import pytest
 
 from tests.conftest import pin_clock
+from tests.sql.helpers import raises_lk
 
 NOW = 1_700_000_000
 BACKING = "alk:outbox:billing"
-
-
-@contextmanager
-def raises_lk(code: str, *fragments: str) -> Iterator[None]:
-    with pytest.raises(psycopg.Error) as caught:
-        yield
-    assert caught.value.sqlstate == code, caught.value
-    message = caught.value.diag.message_primary or ""
-    for fragment in fragments:
-        assert fragment in message, message
 
 
 def job(db: psycopg.Connection, job_id: int) -> dict[str, Any] | None:

@@ -11,7 +11,6 @@ import secrets
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -22,6 +21,7 @@ from psycopg.types.json import Jsonb
 from pytest_postgresql.janitor import DatabaseJanitor
 
 from tests.conftest import Server, pin_clock
+from tests.sql.helpers import raises_lk
 
 NOW = 1_700_000_000  # 2023-11-14T22:13:20Z
 MAX = 2**63 - 1
@@ -29,16 +29,6 @@ MIN = -(2**63)
 FIRST_INSTANT = -62_135_596_800  # 0001-01-01T00:00:00Z
 LAST_INSTANT = 253_402_300_799  # 9999-12-31T23:59:59Z
 CAP = 100  # boundaries one tick fires per schedule
-
-
-@contextmanager
-def raises_lk(code: str, *fragments: str) -> Iterator[None]:
-    with pytest.raises(psycopg.Error) as caught:
-        yield
-    assert caught.value.sqlstate == code, caught.value
-    message = caught.value.diag.message_primary or ""
-    for fragment in fragments:
-        assert fragment in message, message
 
 
 def one(db: psycopg.Connection, query: str, *params: Any) -> Any:
