@@ -212,4 +212,28 @@ END
 $$;
 COMMENT ON FUNCTION alk._check_not_null(text, anyelement) IS 'internal: LK002 when a required argument is SQL NULL';
 
+-- The payload rule of every enqueue and publish form: payloads are JSON
+-- values, never SQL NULL (a JSON null is 'null'::jsonb).
+CREATE FUNCTION alk._check_payloads(payloads jsonb[])
+RETURNS jsonb[]
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    null_at integer;
+BEGIN
+    IF payloads IS NULL THEN
+        PERFORM alk._raise('LK002', 'payloads must be an array of JSON values, got NULL');
+    END IF;
+    null_at := pg_catalog.array_position(payloads, NULL);
+    IF null_at IS NOT NULL THEN
+        PERFORM alk._raise('LK002', CASE WHEN pg_catalog.cardinality(payloads) = 1
+            THEN 'payload must be a JSON value, got SQL NULL'
+            ELSE 'payload ' || null_at || ' is SQL NULL' END || '; a JSON null is ''null''::jsonb');
+    END IF;
+    RETURN payloads;
+END
+$$;
+COMMENT ON FUNCTION alk._check_payloads(jsonb[]) IS 'internal: LK002 unless payloads is an array of JSON values without SQL NULLs';
+
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA alk FROM PUBLIC;

@@ -184,16 +184,9 @@ DECLARE
     v_expires_at bigint := alk._sat_add(clock, expires);
     v_visibility_timeout_s bigint := coalesce(visibility_timeout_s, default_visibility_timeout_s);
     v_backoff_base_s bigint := coalesce(backoff_base_s, default_backoff_base_s);
-    v_null_at bigint;
     v_id bigint;
 BEGIN
-    IF payloads IS NULL THEN
-        PERFORM alk._raise('LK002', 'payloads must be an array of JSON values, got NULL');
-    END IF;
-    v_null_at := array_position(payloads, NULL);
-    IF v_null_at IS NOT NULL THEN
-        PERFORM alk._raise('LK002', 'payload ' || v_null_at || ' is SQL NULL; a JSON null is ''null''::jsonb');
-    END IF;
+    PERFORM alk._check_payloads(payloads);
     IF cardinality(payloads) = 1 THEN
         -- The common case, without the array machinery.
         INSERT INTO alk.jobs (queue, payload, priority, run_at, max_attempts, created_at, expires_at,
@@ -245,9 +238,6 @@ DECLARE
     job_id bigint;
 BEGIN
     PERFORM alk._check_name('queue', enqueue.queue);
-    IF payload IS NULL THEN
-        PERFORM alk._raise('LK002', 'payload must be a JSON value, got SQL NULL; a JSON null is ''null''::jsonb');
-    END IF;
     SELECT e INTO job_id FROM alk._enqueue(enqueue.queue, ARRAY[payload], alk.now(),
         delay, enqueue.run_at, enqueue.priority, enqueue.max_attempts,
         expires, enqueue.visibility_timeout_s, enqueue.backoff_base_s,

@@ -126,20 +126,12 @@ AS $$
 #variable_conflict use_variable
 DECLARE
     n bigint := cardinality(payloads);
-    v_null_at bigint;
     head bigint;
 BEGIN
-    IF payloads IS NULL THEN
-        PERFORM alk._raise('LK002', 'payloads must be an array of JSON values, got NULL');
-    END IF;
+    PERFORM alk._check_payloads(payloads);
     IF keys IS NOT NULL AND cardinality(keys) <> n THEN
         PERFORM alk._raise('LK002', 'keys must have one entry per payload: got ' || n
             || ' payloads and ' || cardinality(keys) || ' keys');
-    END IF;
-    SELECT p.ord INTO v_null_at FROM unnest(payloads) WITH ORDINALITY AS p(payload, ord)
-        WHERE p.payload IS NULL LIMIT 1;
-    IF FOUND THEN
-        PERFORM alk._raise('LK002', 'payload ' || v_null_at || ' is SQL NULL; a JSON null is ''null''::jsonb');
     END IF;
     IF n = 0 THEN
         RETURN;
@@ -176,7 +168,6 @@ DECLARE
     at_offset bigint;
 BEGIN
     PERFORM alk._check_name('stream', publish.stream);
-    PERFORM alk._check_not_null('payload', payload);
     SELECT * INTO at_offset FROM alk._publish(publish.stream, ARRAY[payload], ARRAY[key], clock);
     RETURN at_offset;
 END

@@ -79,7 +79,6 @@ DECLARE
     backing text := alk._outbox_queue(outbox);
     job_id bigint;
 BEGIN
-    PERFORM alk._check_not_null('payload', payload);
     SELECT * INTO job_id FROM alk._enqueue(backing, ARRAY[payload], clock,
         delay, outbox_enqueue.run_at, outbox_enqueue.priority, outbox_enqueue.max_attempts,
         expires, outbox_enqueue.visibility_timeout_s, outbox_enqueue.backoff_base_s,

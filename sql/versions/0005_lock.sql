@@ -57,15 +57,6 @@ COMMENT ON FUNCTION alk._check_ttl(bigint) IS 'internal: LK002 unless ttl is a p
 
 -- internal forms: the implementation, reserved names allowed ------------------
 
-CREATE FUNCTION alk._lock_name(name text, reserved_ok boolean)
-RETURNS text
-LANGUAGE sql IMMUTABLE
-SET search_path = pg_catalog, pg_temp
-AS $$
-    SELECT alk._check_name('name', $1, $2)
-$$;
-COMMENT ON FUNCTION alk._lock_name(text, boolean) IS 'internal: LK001 unless name is a valid lock name';
-
 CREATE FUNCTION alk._try_lock(name text, owner text, ttl bigint)
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
@@ -73,7 +64,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     clock bigint := alk.now();
-    lock_name text := alk._lock_name(name, true);
+    lock_name text := alk._check_name('name', name, true);
     lock_owner text := alk._check_name('owner', owner, true);
     expires bigint := alk._sat_add(clock, alk._check_ttl(ttl));
 BEGIN
@@ -102,7 +93,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     clock bigint := alk.now();
-    lock_name text := alk._lock_name(name, true);
+    lock_name text := alk._check_name('name', name, true);
     lock_owner text := alk._check_name('owner', owner, true);
     expires bigint := alk._sat_add(clock, alk._check_ttl(ttl));
 BEGIN
@@ -120,7 +111,7 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    lock_name text := alk._lock_name(name, true);
+    lock_name text := alk._check_name('name', name, true);
     lock_owner text := alk._check_name('owner', owner, true);
 BEGIN
     DELETE FROM alk.locks l WHERE l.name = lock_name AND l.owner = lock_owner;
@@ -137,7 +128,7 @@ RETURNS boolean
 LANGUAGE sql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT alk._try_lock(alk._lock_name($1, false), $2, $3)
+    SELECT alk._try_lock(alk._check_name('name', $1), $2, $3)
 $$;
 COMMENT ON FUNCTION alk.try_lock(text, text, bigint) IS
 'Take the lock name for owner until now + ttl seconds; true when owner holds it afterwards. Succeeds when the lock is '
@@ -150,7 +141,7 @@ RETURNS boolean
 LANGUAGE sql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT alk._renew_lock(alk._lock_name($1, false), $2, $3)
+    SELECT alk._renew_lock(alk._check_name('name', $1), $2, $3)
 $$;
 COMMENT ON FUNCTION alk.renew_lock(text, text, bigint) IS
 'Give owner''s lock a new full window: expires_at = now + ttl seconds. False, and nothing changes, when the lock was '
@@ -162,7 +153,7 @@ RETURNS boolean
 LANGUAGE sql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT alk._release_lock(alk._lock_name($1, false), $2)
+    SELECT alk._release_lock(alk._check_name('name', $1), $2)
 $$;
 COMMENT ON FUNCTION alk.release_lock(text, text) IS
 'Free the lock if owner holds it; true if it did. Another owner''s lock is left alone (false). '
@@ -175,7 +166,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT l.name, l.owner, l.acquired_at, l.expires_at
       FROM alk.locks l
-     WHERE l.name = alk._lock_name($1, true)
+     WHERE l.name = alk._check_name('name', $1, true)
 $$;
 COMMENT ON FUNCTION alk.get_lock(text) IS
 'The lock as stored (reserved names included, for inspection), or NULL when nobody took it or it was released. '
