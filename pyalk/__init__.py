@@ -32,6 +32,7 @@ from pyalk.errors import (
     InvalidName,
     InvalidSchedule,
     LeadershipLost,
+    SchemaMismatch,
 )
 from pyalk.job import Job
 from pyalk.options import QueueOpts
@@ -68,6 +69,7 @@ __all__ = [
     "QueueOpts",
     "QueueStats",
     "Schedule",
+    "SchemaMismatch",
     "StopToken",
     "Stream",
     "StreamEvent",

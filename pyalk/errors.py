@@ -46,6 +46,12 @@ class CodecError(AlkError, ValueError):
     character, a non-JSON type); raised before anything is sent."""
 
 
+class SchemaMismatch(AlkError):
+    """The installed schema is one this pyalk cannot run on: older than it
+    needs (run ``pyalk migrate``) or newer in a way it does not understand
+    (upgrade pyalk)."""
+
+
 class ClaimInTransaction(AlkError):
     """A claim-side operation was asked to run inside the caller's open
     transaction; claims are never tied to a business transaction."""
