@@ -25,9 +25,27 @@ def payload(value: Any, argument: str = "payload") -> str:
         text = json.dumps(value, allow_nan=False, separators=(",", ":"))
     except (TypeError, ValueError) as error:
         raise CodecError(f"{argument} is not encodable as JSON: {error}") from error
+    except RecursionError as error:
+        # The C encoder recurses once per level; Python's limit comes first.
+        raise CodecError(f"{argument} is nested too deeply to encode as JSON") from error
     if _JSON_NUL.search(text):
         raise CodecError(f"{argument} contains a NUL character, which PostgreSQL jsonb cannot store")
+    # json.dumps escapes surrogates as \udXXX; jsonb takes a high+low pair as
+    # one character and refuses a lone one (22P02). Only text holding such an
+    # escape needs the exact check, so the usual payload costs one search.
+    if "\\ud" in text:
+        _no_lone_surrogate(value, argument)
     return text
+
+
+def _no_lone_surrogate(value: Any, argument: str) -> None:
+    raw = json.dumps(value, ensure_ascii=False, allow_nan=False)
+    try:
+        # UTF-16 joins each high+low pair into one character; a lone one fails.
+        raw.encode("utf-16-le", "surrogatepass").decode("utf-16-le")
+    except UnicodeDecodeError as error:
+        raise CodecError(f"{argument} contains a lone surrogate code point, which is not valid Unicode text"
+                         ) from error
 
 
 def payloads(values: Iterable[Any], argument: str = "payloads") -> list[str]:
@@ -59,4 +77,11 @@ def text(value: str | None, argument: str) -> str | None:
         raise InvalidArgument(f"{argument} must be a str, got {type(value).__name__} {value!r}")
     if "\x00" in value:
         raise CodecError(f"{argument} contains a NUL character, which PostgreSQL text cannot store")
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as error:
+            code = ord(value[error.start])
+            raise CodecError(f"{argument} contains the surrogate code point U+{code:04X} at index {error.start}, "
+                             "which UTF-8 cannot encode") from error
     return value
