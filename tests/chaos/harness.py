@@ -12,12 +12,12 @@ server's rows once the queue has drained:
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
 import subprocess
 import sys
-import time
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,7 +47,7 @@ class WorkerProcess:
         self.name = name
         self.stderr_path = ledger.parent / f"{name}.stderr"
         env = {**os.environ, "PYTHONPATH": str(ROOT), "CHAOS_LEDGER": str(ledger)}
-        self.stderr = open(self.stderr_path, "a")
+        self.stderr = open(self.stderr_path, "a")  # noqa: SIM115 (closed by stop(); the child writes to it)
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "pyalk", "worker", f"tests.chaos.handlers:{handler}", "--queue", "q",
              "--dsn", dsn, "--worker-id", name, "--poll-interval", "1", "--grace", "5", *options],
@@ -122,7 +122,7 @@ def check(ledger: Path, enqueued: list[int], dsn: str, dead_ok: bool = False) ->
     for job_id, runs in by_id.items():
         claims = [(s.attempt, s.worker) for s in runs]
         assert len({s.attempt for s in runs}) == len(runs), f"job {job_id}: one claim started twice: {claims}"
-        for earlier, later in zip(runs, runs[1:]):
+        for earlier, later in itertools.pairwise(runs):
             if later.start < earlier.expires:
                 twice.append((job_id, earlier, later))
     assert not twice, f"jobs started again while an earlier lease was valid: {twice[:5]}"

@@ -101,7 +101,8 @@ class PgServer:
 
     # commands ---------------------------------------------------------------------------
 
-    def _cmd(self, name: str, *args: str, timeout: float = 120.0, check: bool = True) -> subprocess.CompletedProcess[str]:
+    def _cmd(self, name: str, *args: str, timeout: float = 120.0, check: bool = True
+             ) -> subprocess.CompletedProcess[str]:
         return subprocess.run([str(self.bin / name), *args], user=self.user, capture_output=True, text=True,
                               timeout=timeout, check=check, cwd=self.home)
 

@@ -5,6 +5,7 @@ kill to the restarted subscriber's first event."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import subprocess
@@ -99,7 +100,7 @@ def test_stream_subscribers_killed_under_concurrent_publishers(chaos_dsn, tmp_pa
         expected = [o for o in everything if o > checkpoint][: len(offsets)]
         assert offsets == expected, f"run from checkpoint {checkpoint} skipped or reordered events"
     assert set(everything) <= seen_offsets, f"events never read: {sorted(set(everything) - seen_offsets)[:20]}"
-    regressions = [(a, b) for a, b in zip(checkpoints, checkpoints[1:], strict=False) if b < a]
+    regressions = [(a, b) for a, b in itertools.pairwise(checkpoints) if b < a]
     assert not regressions, f"the checkpoint moved back: {regressions[:5]}"
     report.update(published=len(everything), publishers=PUBLISHERS, kills=kills,
                   events_read=sum(len(run) - 1 for run in runs.values()),

@@ -77,13 +77,14 @@ def test_repeated_kills(chaos_dsn, ledger, spawn, report):
     kills, recoveries = 0, []
     for round_ in range(8):
         done_before = len(read_ledger(ledger))
-        until(lambda: len(read_ledger(ledger)) >= done_before + 15, "progress between kills")
+        until(lambda done_before=done_before: len(read_ledger(ledger)) >= done_before + 15, "progress between kills")
         victim = workers[round_ % 3]
         victim.kill()
         kills += 1
         killed_at = time.time()
         workers[round_ % 3] = spawn(chaos_dsn, f"w{round_ % 3}-{round_}", "--concurrency", "4")
-        until(lambda: first_start_after(ledger, killed_at) is not None, "work to go on after a kill")
+        until(lambda killed_at=killed_at: first_start_after(ledger, killed_at) is not None,
+              "work to go on after a kill")
         recoveries.append(first_start_after(ledger, killed_at))
         if live_jobs(chaos_dsn) == 0:
             break
