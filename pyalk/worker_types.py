@@ -69,8 +69,10 @@ class WorkerCounts:
 
 def error_text(error: BaseException, limit: int = 4000) -> str:
     """The ``err`` a failed job records: ``Type: message`` (the type alone when
-    the message is empty), NUL shown as ``\\0``, cut to ``limit`` characters."""
+    the message is empty), NUL shown as ``\\0``, a lone surrogate (not UTF-8
+    encodable) as ``\\udXXX``, cut to ``limit`` characters."""
     message = str(error)
     text = f"{type(error).__name__}: {message}" if message else type(error).__name__
     text = text.replace("\x00", "\\0")
+    text = text.encode("utf-8", "backslashreplace").decode("utf-8")
     return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -102,3 +102,11 @@ def test_deep_but_encodable_payloads_still_round_trip(alk):
     assert handle is not None and handle.payload == nested(500)
     assert queue.enqueue("\ud83d\ude00") > 0
 
+
+
+def test_a_failed_jobs_error_text_shows_a_lone_surrogate_escaped_not_as_a_codec_failure():
+    from pyalk.worker_types import error_text
+
+    text = error_text(ValueError("bad \ud800 byte"))
+    assert text == "ValueError: bad \\ud800 byte"
+    text.encode("utf-8")  # what the worker sends is always encodable
