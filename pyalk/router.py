@@ -108,9 +108,9 @@ class Catalog:
 def read_catalog(conninfo: str) -> Catalog:
     """The public functions and result types of the partition at ``conninfo``."""
     with psycopg.connect(conninfo, autocommit=True) as conn:
-        found = conn.execute("SELECT to_regnamespace('alk') IS NOT NULL").fetchone()
+        found = conn.execute("SELECT to_regclass('alk.alembic_version') IS NOT NULL").fetchone()
         if not found or not found[0]:
-            raise RouterError(f"pyalk is not installed in the partition {conninfo!r} (no schema alk)")
+            raise RouterError(f"pyalk is not installed in the partition {conninfo!r}: run pyalk migrate there first")
         version_row = conn.execute("SELECT max(version_num) FROM alk.alembic_version").fetchone()
         functions = [Function(r[0], r[1], r[2], r[3], r[4], tuple(r[5])) for r in conn.execute(_FUNCTIONS)]
         types: dict[str, list[tuple[str, str]]] = {}
@@ -123,15 +123,19 @@ def _literal(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
-def _server(partitions: Sequence[str]) -> str:
+def _check_count(partitions: Sequence[str]) -> None:
     count = len(partitions)
     if count < 1 or count & (count - 1):
-        raise RouterError(f"partitions: PL/Proxy needs a power of two of them, got {count}")
+        raise RouterError(f"partitions: PL/Proxy needs a power of two of them (1, 2, 4, ...), got {count}")
+
+
+def _server(partitions: Sequence[str]) -> str:
+    _check_count(partitions)
     options = ", ".join(f"p{i} {_literal(conninfo)}" for i, conninfo in enumerate(partitions))
     return f"""CREATE EXTENSION IF NOT EXISTS plproxy;
 DROP SERVER IF EXISTS alk CASCADE;
 CREATE SERVER alk FOREIGN DATA WRAPPER plproxy OPTIONS ({options});
--- The partitions' role: edit to add user and password (psql: \\password is not for this).
+-- Credentials for the partitions: ALTER USER MAPPING FOR PUBLIC SERVER alk OPTIONS (ADD user 'u', ADD password 'p').
 CREATE USER MAPPING FOR PUBLIC SERVER alk;
 """
 
@@ -330,7 +334,6 @@ def router_script(catalog: Catalog, partitions: Sequence[str]) -> str:
 
 def router_install(partitions: Sequence[str]) -> str:
     """Read partition 0's catalog and return the router install (``pyalk sql --router``)."""
-    if not partitions:
-        raise RouterError("partitions: give at least one partition conninfo")
+    _check_count(partitions)
     return router_script(read_catalog(partitions[0]), partitions)
 
