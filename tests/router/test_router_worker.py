@@ -73,7 +73,8 @@ def test_the_worker_runs_through_the_router_and_wakes_on_its_partition(routed: T
 
 
 def test_the_cli_prints_the_router_install_and_works_through_the_router(
-        routed: Target, tag: str, capsys: pytest.CaptureFixture[str]):
+        routed: Target, tag: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("COLUMNS", "200")  # room for the whole queue name in the status table
     args = [a for p in routed.partitions for a in ("--router", p)]
     assert main(["sql", *args]) == 0
     assert capsys.readouterr().out == router_install(routed.partitions)
