@@ -11,8 +11,8 @@ from uuid import uuid4
 import psycopg
 import pytest
 
+from bench.pg15 import Pg15, missing
 from pyalk import migrate, router
-from tests.router.pg15 import Pg15, missing
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,6 @@
-"""A throwaway Debian PostgreSQL 15 server for the router tests: PL/Proxy is
-packaged for it (postgresql-15-plproxy), not for the embedded PostgreSQL 18.
+"""A throwaway Debian PostgreSQL 15 server for the router row and the router
+tests (tests/router): PL/Proxy is packaged for it (postgresql-15-plproxy),
+not for the embedded PostgreSQL 18.
 
 PostgreSQL refuses to run as root, so under root the server runs as the
 ``postgres`` system user (created by the Debian package)."""
@@ -35,7 +36,8 @@ def missing() -> str | None:
 class Pg15:
     """initdb + pg_ctl start in a temp dir; unix socket only."""
 
-    def __init__(self) -> None:
+    def __init__(self, settings: str = "") -> None:
+        self.settings = settings
         self.root = Path(tempfile.mkdtemp(prefix="pyalk-pg15-"))
         self.data = self.root / "data"
         self._as: list[str] = []
@@ -48,7 +50,7 @@ class Pg15:
 
     def start(self) -> None:
         self._run(str(BIN / "initdb"), "-D", str(self.data), "--auth=trust", "-U", "postgres", "-E", "UTF8")
-        options = f"-k {self.root} -p {PORT} -c listen_addresses='' -c max_connections=200 -c fsync=off"
+        options = f"-k {self.root} -p {PORT} -c listen_addresses='' -c max_connections=200 -c fsync=off {self.settings}"
         self._run(str(BIN / "pg_ctl"), "-D", str(self.data), "-o", options,
                   "-l", str(self.root / "log"), "-w", "start")
 
