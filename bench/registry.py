@@ -155,6 +155,7 @@ GROUPS = {
     "e2e": "2. End to end in Python: pyalk's worker vs peers",
     "latency": "3. Latency and scale",
     "hostile": "4. Hostile conditions",
+    "scale": "5. Scale out (PL/Proxy router)",
 }
 
 
@@ -181,7 +182,7 @@ def row(
 
 def load_rows() -> dict[str, Row]:
     """Import every row module (each registers its rows) and return them."""
-    from bench import rows_e2e, rows_hostile, rows_latency, rows_sql  # noqa: F401
+    from bench import rows_e2e, rows_hostile, rows_latency, rows_router, rows_sql  # noqa: F401
 
     order = list(GROUPS)
     return dict(sorted(ROWS.items(), key=lambda item: order.index(item[1].group)))

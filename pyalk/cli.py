@@ -119,8 +119,9 @@ def cmd_migrate(args: argparse.Namespace, console: Console) -> None:
 
 def cmd_sql(args: argparse.Namespace, console: Console) -> None:
     from pyalk.install import install_script
+    from pyalk.router import router_install
 
-    sys.stdout.write(install_script(after=args.after))
+    sys.stdout.write(router_install(args.router) if args.router else install_script(after=args.after))
 
 
 def cmd_demo(args: argparse.Namespace, console: Console) -> None:
@@ -363,6 +364,8 @@ def parser() -> argparse.ArgumentParser:
 
     sql = commands.add_parser("sql", help="print the install script for psql")
     sql.add_argument("--after", help="the installed version: print only the upgrade from it")
+    sql.add_argument("--router", action="append", metavar="PARTITION",
+                     help="print the PL/Proxy router install instead; repeat per partition conninfo, p0 first")
     sql.set_defaults(run=cmd_sql)
 
     demo = commands.add_parser("demo", help="run a demo on an embedded PostgreSQL (or --dsn)")
