@@ -1,8 +1,9 @@
 -- pyalk core: the core every mechanism stands on.
 --
 -- current definition; edit here, then add a version file (docs/migrations.md).
--- Landed as 0001_core.sql and 0008_schema.sql (schema_info); a fresh install runs this file, an upgrade runs the
--- version files, and tests/migrations proves both give the same catalog.
+-- Landed as 0001_core.sql and 0008_schema.sql (schema_info); a fresh
+-- install runs this file, an upgrade runs the version files, and
+-- tests/migrations proves both give the same catalog.
 --
 -- The schema, the clock, the error helper, name validation and saturating
 -- stamp arithmetic, and alk.schema_info (landed in 0008).
