@@ -65,7 +65,7 @@ class AsyncAlk:
         elif isinstance(source, AsyncConnection):
             self._conn = source
         else:
-            raise TypeError(f"AsyncAlk needs a conninfo str, a pool or a connection, got {source!r}")
+            raise TypeError(f"{type(self).__name__} needs a conninfo str, a pool or a connection, got {source!r}")
 
     async def __aenter__(self) -> AsyncAlk:
         return self

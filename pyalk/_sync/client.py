@@ -67,7 +67,7 @@ class Alk:
         elif isinstance(source, Connection):
             self._conn = source
         else:
-            raise TypeError(f"Alk needs a conninfo str, a pool or a connection, got {source!r}")
+            raise TypeError(f"{type(self).__name__} needs a conninfo str, a pool or a connection, got {source!r}")
 
     def __enter__(self) -> Alk:
         return self

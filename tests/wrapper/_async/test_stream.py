@@ -102,7 +102,7 @@ def in_thread(fn: Callable[[], Any]) -> tuple[threading.Thread, list[BaseExcepti
 async def test_publish_read_round_trip(alk, db):
     stream = alk.stream("orders")
     assert isinstance(stream, AsyncStream)
-    assert repr(stream) == "AsyncStream('orders')"
+    assert repr(stream) == f"{type(stream).__name__}('orders')"
     assert await stream.publish({"id": 1, "tags": ["a", None], "x": 2.5}) == 1
     assert await stream.publish("two", key="k2") == 2
     assert await stream.publish_with_key("k3", None) == 3

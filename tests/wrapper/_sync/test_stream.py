@@ -103,7 +103,7 @@ def in_thread(fn: Callable[[], Any]) -> tuple[threading.Thread, list[BaseExcepti
 def test_publish_read_round_trip(alk, db):
     stream = alk.stream("orders")
     assert isinstance(stream, Stream)
-    assert repr(stream) == "Stream('orders')"
+    assert repr(stream) == f"{type(stream).__name__}('orders')"
     assert stream.publish({"id": 1, "tags": ["a", None], "x": 2.5}) == 1
     assert stream.publish("two", key="k2") == 2
     assert stream.publish_with_key("k3", None) == 3
