@@ -36,6 +36,7 @@ from pyalk import (
 )
 from pyalk._sync.schedule import SCHEDULER_LOCK, run_schedules
 from pyalk._sync import schedule as sync_schedule
+from tests.helpers import until
 
 NOW = 1_700_000_000
 DEADLINE = 30.0
@@ -102,15 +103,6 @@ def records() -> Iterator[Records]:
     yield handler
     logger.removeHandler(handler)
     logger.setLevel(level)
-
-
-def until(predicate: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + DEADLINE
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.02)  # a polling interval, not a synchronisation
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 class Driver:

@@ -21,6 +21,7 @@ import pytest
 from psycopg_pool import ConnectionPool
 
 from pyalk import Alk, Stream, Subscription, CodecError, InvalidArgument, InvalidName, StreamEvent
+from tests.helpers import until
 
 DEADLINE = 30.0
 
@@ -57,15 +58,6 @@ def publish_from(dsn: str, stream: str, payloads: list[Any]) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
         for payload in payloads:
             conn.execute("SELECT alk.publish(%s, %s::jsonb)", [stream, psycopg.types.json.Jsonb(payload)])
-
-
-def until(predicate: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + DEADLINE
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.002)  # a polling interval, not a synchronisation
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def listener_read_after(db: psycopg.Connection, pid: int, since: Any) -> bool:
