@@ -237,14 +237,14 @@ def _matching_bracket(tokens: list[TokenInfo], i: int) -> int:
 def translate(text: str, path: str = "<string>") -> str:
     """The sync twin of the async source ``text``."""
     tokens = list(tokenize.generate_tokens(io.StringIO(text).readline))
-    lines = text.splitlines(keepends=True)
+    lines = io.StringIO(text).readlines()  # the lines tokenize numbers (split at \n only)
     starts = [0]
     for line in lines:
         starts.append(starts[-1] + len(line))
 
     def offset(position: tuple[int, int]) -> int:
         row, col = position
-        return starts[row - 1] + col if row - 1 < len(starts) else len(text)
+        return min(starts[min(row - 1, len(lines))] + col, len(text))
 
     out: list[str] = []
     cursor = 0  # offset in text up to which out is complete
