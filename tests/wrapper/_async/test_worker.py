@@ -19,6 +19,7 @@ import psycopg
 import pytest
 
 from pyalk import AsyncAlk, AsyncJobHandle, AsyncWorker, InvalidArgument, InvalidName, PermanentError, QueueOpts
+from tests.helpers import until
 
 DEADLINE = 30.0
 APP = "pyalk-worker-test"
@@ -29,15 +30,6 @@ async def alk(dsn: str) -> AsyncIterator[AsyncAlk]:
     # Named, so the test can watch the worker's sessions in pg_stat_activity.
     async with AsyncAlk(f"{dsn} application_name={APP}") as client:
         yield client
-
-
-def until(predicate: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + DEADLINE
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.005)  # a polling interval, not a synchronisation
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def in_thread(fn: Callable[[], Any]) -> threading.Thread:

@@ -35,6 +35,7 @@ from pyalk import (
     Schedule,
 )
 from pyalk._sync.schedule import SCHEDULER_LOCK
+from tests.helpers import until
 
 NOW = 1_700_000_000
 DEADLINE = 30.0
@@ -101,15 +102,6 @@ def records() -> Iterator[Records]:
     yield handler
     logger.removeHandler(handler)
     logger.setLevel(level)
-
-
-def until(predicate: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + DEADLINE
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.02)  # a polling interval, not a synchronisation
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 class Driver:

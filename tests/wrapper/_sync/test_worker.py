@@ -21,6 +21,7 @@ import psycopg
 import pytest
 
 from pyalk import Alk, JobHandle, Worker, InvalidArgument, InvalidName, PermanentError, QueueOpts
+from tests.helpers import until
 
 DEADLINE = 30.0
 APP = "pyalk-worker-test"
@@ -31,15 +32,6 @@ def alk(dsn: str) -> Iterator[Alk]:
     # Named, so the test can watch the worker's sessions in pg_stat_activity.
     with Alk(f"{dsn} application_name={APP}") as client:
         yield client
-
-
-def until(predicate: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + DEADLINE
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.005)  # a polling interval, not a synchronisation
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def in_thread(fn: Callable[[], Any]) -> threading.Thread:
