@@ -23,9 +23,12 @@ to call it:
   transient: it reconnects and carries on. A job whose outcome could not be
   recorded runs again after its lease: at least once, never lost.
 
-The threaded form (pyalk/_sync/worker.py) is generated from this file; the
-primitives that differ (tasks vs threads, signals) are in
-pyalk/worker_runtime.py.
+The worker's lifecycle is the state table in pyalk/worker_state.py; its
+parts each have one job: AsyncSettlementBatcher (settlement.py) flushes
+finished outcomes, AsyncHeartbeater (heartbeat.py) renews leases,
+AsyncListener (listener.py) keeps the LISTEN connection. The threaded form
+(pyalk/_sync/worker.py) is generated from this file; the primitives that
+differ (tasks vs threads, signals) are in pyalk/worker_runtime.py.
 """
 
 from __future__ import annotations

@@ -24,9 +24,12 @@ to call it:
   transient: it reconnects and carries on. A job whose outcome could not be
   recorded runs again after its lease: at least once, never lost.
 
-The threaded form (pyalk/_sync/worker.py) is generated from this file; the
-primitives that differ (tasks vs threads, signals) are in
-pyalk/worker_runtime.py.
+The worker's lifecycle is the state table in pyalk/worker_state.py; its
+parts each have one job: SettlementBatcher (settlement.py) flushes
+finished outcomes, Heartbeater (heartbeat.py) renews leases,
+Listener (listener.py) keeps the LISTEN connection. The threaded form
+(pyalk/_sync/worker.py) is generated from this file; the primitives that
+differ (tasks vs threads, signals) are in pyalk/worker_runtime.py.
 """
 
 from __future__ import annotations
