@@ -24,6 +24,7 @@ Run ``pyalk extension --out DIR`` or ``python -m pyalk.extension DIR``.
 
 from __future__ import annotations
 
+import itertools
 import re
 import sys
 from pathlib import Path
@@ -107,8 +108,8 @@ def install(version: str, bodies: list[tuple[str, str]]) -> str:
 DO $pyalk$
 BEGIN
     IF pg_catalog.to_regclass('alk.{VERSION_TABLE}') IS NOT NULL THEN
-        RAISE EXCEPTION 'pyalk is already installed in schema alk without the extension (version %): keep it on pyalk migrate',
-            (SELECT max(version_num) FROM alk.{VERSION_TABLE});
+        RAISE EXCEPTION 'pyalk is already installed in schema alk without the extension (version %): '
+            'keep it on pyalk migrate', (SELECT max(version_num) FROM alk.{VERSION_TABLE});
     END IF;
 END
 $pyalk$;
@@ -148,7 +149,7 @@ def files() -> dict[str, str]:
         found[f"{NAME}--{first.number}.sql"] = install(first.number, [(f"version {first.number}", first.sql())])
     found[f"{NAME}--{top}.sql"] = install(top, [(f"current: {p.name}", p.read_text(encoding="utf-8"))
                                                 for p in current_files()])
-    for older, newer in zip(chain, chain[1:], strict=False):
+    for older, newer in itertools.pairwise(chain):
         found[f"{NAME}--{older.number}--{newer.number}.sql"] = update(older.number, newer.number, newer.sql())
     return found
 

@@ -13,6 +13,7 @@ from typing import Any
 import psycopg
 import pytest
 from psycopg import sql
+from psycopg.conninfo import make_conninfo
 
 from pyalk import cli, extension, migrate
 from pyalk.install import head, install_script, versions
@@ -82,7 +83,8 @@ def test_install_at_every_version_then_update_equals_a_fresh_install(ext: ExtSer
         by_extension, by_alembic = ext.db(), ext.db()
         run(by_extension, sql.SQL("CREATE EXTENSION alk VERSION {}").format(sql.Literal(version.number)))
         migrate.upgrade(by_alembic, version.number)
-        assert_same_catalog(snapshot(by_extension), snapshot(by_alembic), f"CREATE EXTENSION alk VERSION {version.number}")
+        assert_same_catalog(snapshot(by_extension), snapshot(by_alembic),
+                            f"CREATE EXTENSION alk VERSION {version.number}")
         run(by_extension, "ALTER EXTENSION alk UPDATE")
         assert extversion(by_extension) == head()
         assert_same_catalog(snapshot(by_extension), reference, f"ALTER EXTENSION alk UPDATE from {version.number}")
@@ -118,7 +120,8 @@ def test_create_extension_refuses_a_plain_install(ext: ExtServer):
     dsn = ext.db()
     migrate.upgrade(dsn)
     before = snapshot(dsn)
-    with pytest.raises(psycopg.Error, match=f"already installed in schema alk without the extension \\(version {head()}"):
+    refusal = f"already installed in schema alk without the extension \\(version {head()}"
+    with pytest.raises(psycopg.Error, match=refusal):
         run(dsn, "CREATE EXTENSION alk")
     assert extversion(dsn) is None
     assert snapshot(dsn) == before
@@ -129,9 +132,10 @@ def test_a_database_owner_who_is_not_a_superuser_installs_it_and_owns_the_functi
     run(ext.maintenance, sql.SQL("CREATE ROLE {} LOGIN NOSUPERUSER").format(sql.Identifier(role)))
     try:
         dsn = ext.db(owner=role)
-        as_owner = ext.dsn(psycopg.conninfo.conninfo_to_dict(dsn)["dbname"], user=role)  # type: ignore[arg-type]
+        as_owner = make_conninfo(dsn, user=role)
         run(as_owner, "CREATE EXTENSION alk")
-        owners = run(dsn, "SELECT DISTINCT proowner::regrole::text FROM pg_proc WHERE pronamespace = 'alk'::regnamespace")
+        owners = run(dsn, "SELECT DISTINCT proowner::regrole::text FROM pg_proc"
+                          " WHERE pronamespace = 'alk'::regnamespace")
         assert owners == [(role,)]
         assert run(as_owner, "SELECT version FROM alk.schema_info()") == [(head(),)]
     finally:
