@@ -25,7 +25,7 @@ from rich.text import Text
 from pyalk.errors import AlkError
 
 if TYPE_CHECKING:
-    from pyalk import Alk, AsyncWorker, Worker, WorkerCounts
+    from pyalk import Alk, AsyncWorker, Job, QueueStats, Worker, WorkerCounts
 
 
 def _dsn(args: argparse.Namespace, *, stop_at_exit: bool = False) -> str:
@@ -41,6 +41,17 @@ def _dsn(args: argparse.Namespace, *, stop_at_exit: bool = False) -> str:
 
 class CliError(Exception):
     """A user-facing failure: printed as one line."""
+
+
+class UsageError(CliError):
+    """A bad command line argument: one line and exit code 2, like argparse's."""
+
+
+def literal_console(*, stderr: bool = False) -> Console:
+    """A console that prints every string as it is: queue names, payloads and
+    error texts are data, never rich markup (``[b]`` stays ``[b]``). Styles
+    come only from :class:`Text` spans built here."""
+    return Console(stderr=stderr, markup=False, highlight=False, emoji=False)
 
 
 def _database(args: argparse.Namespace) -> str:
@@ -114,7 +125,7 @@ def cmd_migrate(args: argparse.Namespace, console: Console) -> None:
     before = migrate.current(dsn)
     migrate.upgrade(dsn)
     after = migrate.current(dsn)
-    console.print(f"pyalk schema: {before or 'not installed'} -> {after}")
+    console.print(f"pyalk schema: {before or 'not installed'} -> {after}", soft_wrap=True)
 
 
 def cmd_sql(args: argparse.Namespace, console: Console) -> None:
@@ -152,7 +163,7 @@ def cmd_enqueue(args: argparse.Namespace, console: Console) -> None:
         queue = alk.queue(args.queue)
         if args.payload != "-":
             job_id = queue.enqueue(_json_argument(args.payload, "the payload"), **options)
-            console.print(job_id)
+            console.print(str(job_id))
             return
         # JSON Lines on stdin: one job per non-blank line, enqueued in batches.
         payloads = [_json_argument(line, f"line {number} of stdin")
@@ -160,57 +171,77 @@ def cmd_enqueue(args: argparse.Namespace, console: Console) -> None:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
         ids: list[int] = []
-        columns = (TextColumn(f"enqueue into {args.queue!r}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-        with Progress(*columns, console=Console(stderr=True), transient=True) as progress:
+        columns = (TextColumn(f"enqueue into {args.queue!r}", markup=False), BarColumn(), MofNCompleteColumn(),
+                   TimeElapsedColumn())
+        with Progress(*columns, console=literal_console(stderr=True), transient=True) as progress:
             task = progress.add_task("enqueue", total=len(payloads))
             for start in range(0, len(payloads), args.batch):
                 ids += queue.enqueue_batch(payloads[start:start + args.batch], **options)
                 progress.advance(task, len(payloads[start:start + args.batch]))
         span = f" (ids {ids[0]}..{ids[-1]})" if ids else ""
-        console.print(f"enqueued {len(ids)} jobs into {args.queue!r}{span}")
+        console.print(f"enqueued {_plural(len(ids), 'job')} into {args.queue!r}{span}", soft_wrap=True)
+
+
+def _plural(count: int, noun: str) -> str:
+    """``1 job``, ``2 jobs``, ``0 jobs``."""
+    return f"{count:,} {noun}{'' if count == 1 else 's'}"
 
 
 def _stats_table(alk: Alk, queue: str | None) -> RenderableType:
     stats = alk.stats(queue)
     now = int(alk._value("SELECT alk.now()", {}))
+    return _render_stats(stats, now)
+
+
+def _render_stats(stats: Sequence[QueueStats], now: int) -> RenderableType:
+    """The status table. Cells are Text, so a queue named ``x[/]`` is shown
+    as it is; no cell wraps, so a row is one line in a pipe."""
     if not stats:
         return Text("no jobs in any queue")
     table = Table(title=f"pyalk queues at {_stamp(now)} UTC", title_justify="left")
     for name, justify in (("queue", "left"), ("ready", "right"), ("scheduled", "right"), ("running", "right"),
                           ("lapsed", "right"), ("dead", "right"), ("oldest ready", "right"),
                           ("next due", "right")):
-        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+        table.add_column(name, justify=justify, no_wrap=True, overflow="ellipsis")  # type: ignore[arg-type]
     for row in stats:
         table.add_row(
-            row.queue,
-            f"{row.ready:,}",
-            f"{row.scheduled:,}",
-            f"{row.processing - row.lapsed:,}",
-            f"[yellow]{row.lapsed:,}[/yellow]" if row.lapsed else "0",
-            f"[red]{row.dead:,}[/red]" if row.dead else "0",
-            _ago(row.oldest_ready_age_s),
-            "-" if row.next_run_at is None else "in " + _ago(row.next_run_at - now),
+            Text(row.queue),
+            Text(f"{row.ready:,}"),
+            Text(f"{row.scheduled:,}"),
+            Text(f"{row.processing - row.lapsed:,}"),
+            Text(f"{row.lapsed:,}", style="yellow" if row.lapsed else ""),
+            Text(f"{row.dead:,}", style="red" if row.dead else ""),
+            Text(_ago(row.oldest_ready_age_s)),
+            Text("-" if row.next_run_at is None else "in " + _ago(row.next_run_at - now)),
         )
     return table
 
 
+def _print_json(document: Any) -> None:
+    """One JSON document on stdout: data only, for scripts."""
+    sys.stdout.write(json.dumps(document, ensure_ascii=False) + "\n")
+
+
 def cmd_status(args: argparse.Namespace, console: Console) -> None:
+    if args.json and args.watch:
+        raise UsageError("--json prints one document: it does not combine with --watch")
     with _client(args) as alk:
+        if args.json:
+            _print_json([dataclasses.asdict(row) for row in alk.stats(args.queue)])
+            return
         if not args.watch:
             console.print(_stats_table(alk, args.queue))
             return
         from rich.live import Live
 
+        # Ctrl-C ends the watch through main: exit code 130, as documented.
         refreshes = 0
-        try:
-            with Live(_stats_table(alk, args.queue), console=console, auto_refresh=False) as live:
-                while args.count is None or refreshes < args.count:
-                    refreshes += 1
-                    if refreshes > 1:
-                        time.sleep(args.interval)  # the refresh period of the display
-                    live.update(_stats_table(alk, args.queue), refresh=True)
-        except KeyboardInterrupt:
-            pass
+        with Live(_stats_table(alk, args.queue), console=console, auto_refresh=False) as live:
+            while args.count is None or refreshes < args.count:
+                refreshes += 1
+                if refreshes > 1:
+                    time.sleep(args.interval)  # the refresh period of the display
+                live.update(_stats_table(alk, args.queue), refresh=True)
 
 
 def cmd_jobs(args: argparse.Namespace, console: Console) -> None:
@@ -219,36 +250,46 @@ def cmd_jobs(args: argparse.Namespace, console: Console) -> None:
     with _client(args) as alk:
         jobs = list_jobs(alk, args.queue, args.state, limit=args.limit, after_id=args.after_id)
     if args.json:
-        for job in jobs:
-            sys.stdout.write(json.dumps(dataclasses.asdict(job)) + "\n")
+        _print_json([dataclasses.asdict(job) for job in jobs])
         return
     if not jobs:
-        console.print(f"no {args.state + ' ' if args.state else ''}jobs in {args.queue!r}")
+        console.print(f"no {args.state + ' ' if args.state else ''}jobs in {args.queue!r}", soft_wrap=True)
         return
-    table = Table(title=f"{args.state or 'all'} jobs of {args.queue!r}", title_justify="left")
-    for name in ("id", "state", "attempts", "run at (UTC)"):
-        table.add_column(name, no_wrap=True)
-    for name in ("worker", "last error", "payload"):
-        table.add_column(name, overflow="fold")
-    for job in jobs:
-        payload = json.dumps(job.payload)
-        table.add_row(
-            str(job.id), job.state, f"{job.attempts}/{job.max_attempts}",
-            _stamp(job.died_at if job.state == "dead" else job.run_at),
-            job.worker_id or "-", job.last_error or "-",
-            payload if len(payload) <= 60 else payload[:57] + "...",
-        )
-    console.print(table)
+    console.print(_jobs_table(jobs, Text(f"{args.state or 'all'} jobs of {args.queue!r}")))
     if len(jobs) == args.limit:
         console.print(f"more may follow: --after-id {jobs[-1].id}")
+
+
+def _jobs_table(jobs: Sequence[Job], title: Text) -> Table:
+    """One line per job: cells never wrap (a payload is never broken
+    mid-word); what does not fit ends in an ellipsis (``--json`` has it all)."""
+    table = Table(title=title, title_justify="left")
+    for name in ("id", "state", "attempts", "run at (UTC)"):
+        table.add_column(name, no_wrap=True, min_width=len(name))
+    for name in ("worker", "last error", "payload"):
+        table.add_column(name, no_wrap=True, overflow="ellipsis", min_width=6)
+    for job in jobs:
+        payload = json.dumps(job.payload, ensure_ascii=False)
+        table.add_row(
+            Text(str(job.id)), Text(job.state), Text(f"{job.attempts}/{job.max_attempts}"),
+            Text(_stamp(job.died_at if job.state == "dead" else job.run_at)),
+            Text(job.worker_id or "-"), Text(_one_line(job.last_error or "-")),
+            Text(payload if len(payload) <= 60 else payload[:59] + "…"),
+        )
+    return table
+
+
+def _one_line(text: str) -> str:
+    """A multi-line error (a traceback's last lines) as one table line."""
+    return " ".join(text.split())
 
 
 def cmd_requeue_dead(args: argparse.Namespace, console: Console) -> None:
     from pyalk._sync.worker import requeue_dead
 
-    with _client(args) as alk, console.status(f"requeueing dead jobs of {args.queue!r}"):
+    with _client(args) as alk, console.status(Text(f"requeueing dead jobs of {args.queue!r}")):
         moved = requeue_dead(alk, args.queue, args.ids)
-    console.print(f"requeued {moved} dead job{'s' if moved != 1 else ''} of {args.queue!r}")
+    console.print(f"requeued {_plural(moved, 'dead job')} of {args.queue!r}", soft_wrap=True)
 
 
 # worker --------------------------------------------------------------------------
@@ -266,7 +307,7 @@ def _worker_display(worker: Worker | AsyncWorker, args: argparse.Namespace) -> I
 
     from pyalk import log
 
-    errors = Console(stderr=True)
+    errors = literal_console(stderr=True)
     if not errors.is_terminal or args.log_format == "json":
         log.configure(args.log_level, args.log_format)
         yield
@@ -283,8 +324,8 @@ def _worker_display(worker: Worker | AsyncWorker, args: argparse.Namespace) -> I
     handler = RichHandler(console=errors, show_path=False)
     handler.setFormatter(logging.Formatter("%(message)s"))
     log.configure(args.log_level, handler=handler)
-    with Progress(SpinnerColumn(), TextColumn(f"worker on {worker.queue.name!r}:"), Counts(), TimeElapsedColumn(),
-                  console=errors, transient=True):
+    title = TextColumn(f"worker on {worker.queue.name!r}:", markup=False)
+    with Progress(SpinnerColumn(), title, Counts(), TimeElapsedColumn(), console=errors, transient=True):
         yield
 
 
@@ -301,8 +342,7 @@ def cmd_worker(args: argparse.Namespace, console: Console) -> None:
             raise CliError(f"--fail-on {spec} is not an exception class")
         fail_on.append(error_class)
     dsn = _database(args)
-    with psycopg.connect(dsn, connect_timeout=10):  # fail now, in one line, when it is unreachable
-        pass
+    _check_before_working(dsn, args.queue)
     options: dict[str, Any] = {
         "concurrency": args.concurrency, "worker_id": args.worker_id, "fail_on": tuple(fail_on),
         "batch_size": args.batch_size, "poll_interval": args.poll_interval, "grace_period": args.grace,
@@ -324,8 +364,39 @@ def cmd_worker(args: argparse.Namespace, console: Console) -> None:
             worker = Worker(alk, args.queue, handler, **options)
             with _worker_display(worker, args):
                 counts = worker.run()
-    console.print(f"worker stopped: {counts.acked} acked, {counts.retried} retried, {counts.failed} failed, "
-                  f"{counts.lost} lost, {counts.abandoned} left to lease expiry")
+    _report_worker(counts, args, console)
+
+
+def _check_before_working(dsn: str, queue: str) -> None:
+    """Fail in one line before the worker starts (and logs "worker started"):
+    an unreachable server, a schema this pyalk cannot run on, or a queue name
+    the SQL name rule refuses (``alk:outbox:billing`` is reserved)."""
+    from pyalk import Alk, compat
+
+    with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:
+        try:
+            info = conn.execute(compat.SCHEMA_INFO).fetchone()
+        except psycopg.Error as error:
+            if error.sqlstate in compat.MISSING:
+                raise compat.missing() from None
+            raise
+        assert info is not None  # alk.schema_info() returns one row
+        compat.check(info[0], info[1])
+        # The same name rule alk.claim applies, through a read that claims nothing.
+        Alk(conn).queue(queue).list_jobs(limit=1)
+
+
+def _report_worker(counts: WorkerCounts, args: argparse.Namespace, console: Console) -> None:
+    """The summary on exit: a line on stdout, or with ``--log-format json``
+    a log record like every other line the worker wrote (stdout stays empty)."""
+    summary = (f"worker stopped: {counts.acked} acked, {counts.retried} retried, {counts.failed} failed, "
+               f"{counts.lost} lost, {counts.abandoned} left to lease expiry")
+    if args.log_format == "json":
+        import logging
+
+        logging.getLogger("pyalk.cli").info(summary, extra={"queue": args.queue, **dataclasses.asdict(counts)})
+        return
+    console.print(summary, soft_wrap=True)
 
 
 def _positive_int(text: str) -> int:
@@ -411,6 +482,7 @@ def parser() -> argparse.ArgumentParser:
     status.add_argument("--watch", "-w", action="store_true", help="refresh until Ctrl-C")
     status.add_argument("--interval", type=_positive_float, default=2.0, help="seconds between refreshes (2)")
     status.add_argument("--count", type=_positive_int, help="with --watch: stop after this many refreshes")
+    status.add_argument("--json", action="store_true", help="one JSON array of alk.queue_stats rows, for scripts")
     database_options(status)
     status.set_defaults(run=cmd_status)
 
@@ -419,7 +491,7 @@ def parser() -> argparse.ArgumentParser:
     jobs.add_argument("--state", choices=("pending", "processing", "dead"))
     jobs.add_argument("--limit", type=_positive_int, default=20)
     jobs.add_argument("--after-id", type=int, help="page on: the last id of the previous page")
-    jobs.add_argument("--json", action="store_true", help="one JSON object per line, whole rows")
+    jobs.add_argument("--json", action="store_true", help="one JSON array of whole rows, for scripts")
     database_options(jobs)
     jobs.set_defaults(run=cmd_jobs)
 
@@ -434,20 +506,23 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    console = Console(stderr=args.command == "sql")
-    errors = Console(stderr=True, highlight=False)
+    console = literal_console(stderr=args.command == "sql")
+    errors = literal_console(stderr=True)
     run: Callable[[argparse.Namespace, Console], None] = args.run
     try:
         run(args, console)
+    except UsageError as error:
+        errors.print(Text.assemble(("error:", "red"), f" {error}"), soft_wrap=True)
+        return 2
     except (CliError, AlkError, RuntimeError) as error:
-        errors.print(f"[red]error:[/red] {error}", soft_wrap=True)
+        errors.print(Text.assemble(("error:", "red"), f" {error}"), soft_wrap=True)
         return 1
     except psycopg.Error as error:
         lines = str(error).strip().splitlines()
         message = lines[0] if lines else type(error).__name__
         if error.sqlstate in ("42883", "3F000"):  # undefined function, no such schema
             message += " (is pyalk installed in this database? run: pyalk migrate)"
-        errors.print(f"[red]database error:[/red] {message}", soft_wrap=True)
+        errors.print(Text.assemble(("database error:", "red"), f" {message}"), soft_wrap=True)
         return 1
     except KeyboardInterrupt:
         return 130
