@@ -131,7 +131,18 @@ def cmd_migrate(args: argparse.Namespace, console: Console) -> None:
 def cmd_sql(args: argparse.Namespace, console: Console) -> None:
     from pyalk.install import install_script
 
-    sys.stdout.write(install_script(after=args.after))
+    sys.stdout.write(install_script(after=_known_version(args.after)))
+
+
+def _known_version(after: str | None) -> str | None:
+    """``--after`` must name a version of the chain (pyalk.install.versions())."""
+    from pyalk.install import versions
+
+    known = [version.number for version in versions()]
+    if after is not None and after not in known:
+        raise UsageError(f"--after {after!r} is not a pyalk version: known versions are {', '.join(known)}"
+                         " (without --after: the install into a database without pyalk)")
+    return after
 
 
 def cmd_demo(args: argparse.Namespace, console: Console) -> None:
@@ -255,27 +266,38 @@ def cmd_jobs(args: argparse.Namespace, console: Console) -> None:
     if not jobs:
         console.print(f"no {args.state + ' ' if args.state else ''}jobs in {args.queue!r}", soft_wrap=True)
         return
-    console.print(_jobs_table(jobs, Text(f"{args.state or 'all'} jobs of {args.queue!r}")))
+    console.print(_jobs_table(jobs, Text(f"{args.state or 'all'} jobs of {args.queue!r}"), console.width))
     if len(jobs) == args.limit:
         console.print(f"more may follow: --after-id {jobs[-1].id}")
 
 
-def _jobs_table(jobs: Sequence[Job], title: Text) -> Table:
-    """One line per job: cells never wrap (a payload is never broken
-    mid-word); what does not fit ends in an ellipsis (``--json`` has it all)."""
+def _jobs_table(jobs: Sequence[Job], title: Text, width: int) -> Table:
+    """One line per job in ``width`` columns: cells never wrap (a payload is
+    never broken mid-word); the last error and the payload share what the
+    other columns leave and end in an ellipsis when they do not fit
+    (``--json`` has them whole). A narrow console loses the worker column."""
+    headers = ["id", "state", "attempts", "run at (UTC)", "worker", "last error", "payload"]
+    rows = [[
+        str(job.id), job.state, f"{job.attempts}/{job.max_attempts}",
+        _stamp(job.died_at if job.state == "dead" else job.run_at), job.worker_id or "-",
+        _one_line(job.last_error or "-"), json.dumps(job.payload, ensure_ascii=False),
+    ] for job in jobs]
+    natural = [max(len(header), *(len(row[i]) for row in rows)) for i, header in enumerate(headers)]
+    # Rich's own shrinking collapses no-wrap columns to nothing: share by hand.
+    left = width - sum(natural[:-2]) - (3 * len(headers) + 1)
+    if left < 2 * 12:
+        left += natural[4] + 3
+        for row in [headers, natural, *rows]:
+            del row[4]
+    shortest = 8
+    error_width = max(shortest, min(natural[-2], left // 2))
+    payload_width = max(shortest, min(natural[-1], left - error_width))
+    error_width = max(shortest, min(natural[-2], left - payload_width))
     table = Table(title=title, title_justify="left")
-    for name in ("id", "state", "attempts", "run at (UTC)"):
-        table.add_column(name, no_wrap=True, min_width=len(name))
-    for name in ("worker", "last error", "payload"):
-        table.add_column(name, no_wrap=True, overflow="ellipsis", min_width=6)
-    for job in jobs:
-        payload = json.dumps(job.payload, ensure_ascii=False)
-        table.add_row(
-            Text(str(job.id)), Text(job.state), Text(f"{job.attempts}/{job.max_attempts}"),
-            Text(_stamp(job.died_at if job.state == "dead" else job.run_at)),
-            Text(job.worker_id or "-"), Text(_one_line(job.last_error or "-")),
-            Text(payload if len(payload) <= 60 else payload[:59] + "…"),
-        )
+    for header, column_width in zip(headers, [*natural[:-2], error_width, payload_width], strict=True):
+        table.add_column(header, no_wrap=True, overflow="ellipsis", width=column_width)
+    for row in rows:
+        table.add_row(*(Text(cell) for cell in row))
     return table
 
 
@@ -387,16 +409,12 @@ def _check_before_working(dsn: str, queue: str) -> None:
 
 
 def _report_worker(counts: WorkerCounts, args: argparse.Namespace, console: Console) -> None:
-    """The summary on exit: a line on stdout, or with ``--log-format json``
-    a log record like every other line the worker wrote (stdout stays empty)."""
-    summary = (f"worker stopped: {counts.acked} acked, {counts.retried} retried, {counts.failed} failed, "
-               f"{counts.lost} lost, {counts.abandoned} left to lease expiry")
+    """The summary on exit on stdout; with ``--log-format json`` stdout stays
+    empty: the worker's own "worker stopped" record carries the counts."""
     if args.log_format == "json":
-        import logging
-
-        logging.getLogger("pyalk.cli").info(summary, extra={"queue": args.queue, **dataclasses.asdict(counts)})
         return
-    console.print(summary, soft_wrap=True)
+    console.print(f"worker stopped: {counts.acked} acked, {counts.retried} retried, {counts.failed} failed, "
+                  f"{counts.lost} lost, {counts.abandoned} left to lease expiry", soft_wrap=True)
 
 
 def _positive_int(text: str) -> int:
