@@ -287,7 +287,8 @@ def _jobs_table(jobs: Sequence[Job], title: Text, width: int) -> Table:
     left = width - sum(natural[:-2]) - (3 * len(headers) + 1)
     if left < 2 * 12:
         left += natural[4] + 3
-        for row in [headers, natural, *rows]:
+        del headers[4], natural[4]
+        for row in rows:
             del row[4]
     shortest = 8
     error_width = max(shortest, min(natural[-2], left // 2))
