@@ -355,9 +355,7 @@ def _worker_display(worker: Worker | AsyncWorker, args: argparse.Namespace) -> I
 def cmd_worker(args: argparse.Namespace, console: Console) -> None:
     from pyalk import AsyncAlk, AsyncWorker, PermanentError, Worker
 
-    handler = _import(args.target, "the handler")
-    if not callable(handler):
-        raise CliError(f"{args.target} is not callable")
+    handler = _worker_handler(_import(args.target, "the handler"), args)
     fail_on: list[type[BaseException]] = [PermanentError]
     for spec in args.fail_on:
         error_class = _import(spec, "--fail-on")
@@ -388,6 +386,32 @@ def cmd_worker(args: argparse.Namespace, console: Console) -> None:
             with _worker_display(worker, args):
                 counts = worker.run()
     _report_worker(counts, args, console)
+
+
+def _worker_handler(target: Any, args: argparse.Namespace) -> Any:
+    """The function the worker calls: the target itself, or for a
+    :class:`pyalk.Tasks` registry its dispatcher over the tasks of the queue
+    (``--queue`` may be left out when the registry has one queue)."""
+    from pyalk.tasks import Task, Tasks
+
+    if isinstance(target, Task):
+        raise CliError(f"{args.target} is one task: run its registry (the pyalk.Tasks it was registered on)")
+    if isinstance(target, Tasks):
+        queues = target.queues()
+        if args.queue is None and len(queues) == 1:
+            args.queue = queues[0]
+        if args.queue is None:
+            on = ", ".join(map(repr, queues)) or "no queue"
+            raise UsageError(f"--queue is required: {args.target} has tasks on {on}")
+        try:
+            return target.handler(args.queue)
+        except ValueError as error:
+            raise CliError(f"{args.target}: {error}") from None
+    if not callable(target):
+        raise CliError(f"{args.target} is not callable")
+    if args.queue is None:
+        raise UsageError("--queue is required")
+    return target
 
 
 def _check_before_working(dsn: str, queue: str) -> None:
@@ -464,8 +488,9 @@ def parser() -> argparse.ArgumentParser:
 
     worker = commands.add_parser("worker", help="run a worker: call module:function on every job of a queue")
     worker.add_argument("target", metavar="module:function",
-                        help="the handler; an async def runs on asyncio, a plain function on a thread pool")
-    worker.add_argument("--queue", "-q", required=True)
+                        help="the handler (an async def runs on asyncio, a plain function on a thread pool),"
+                             " or a pyalk.Tasks registry")
+    worker.add_argument("--queue", "-q", help="the queue to work (required, unless a registry has only one)")
     worker.add_argument("--concurrency", "-c", type=_positive_int, default=10, help="handlers at once (10)")
     worker.add_argument("--worker-id", help="default: host:pid:random")
     worker.add_argument("--fail-on", action="append", default=[], metavar="module:Exception",
