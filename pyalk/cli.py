@@ -10,6 +10,7 @@ import importlib
 import inspect
 import json
 import os
+import shlex
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -149,12 +150,71 @@ def cmd_demo(args: argparse.Namespace, console: Console) -> None:
     from pyalk import demo
 
     dsn = args.dsn or os.environ.get("PYALK_DSN")
-    if not dsn:
-        console.print("starting an embedded PostgreSQL ...")
-        from pyalk import embedded
+    if dsn:
+        demo.run(dsn, jobs=args.jobs, workers=args.workers, console=console)
+        return
+    from pyalk import embedded
 
-        dsn = embedded.start(stop_at_exit=not args.keep_server)
+    # A server that was already running (pyalk server start) stays running.
+    keep = args.keep_server or embedded.info().running
+    console.print("starting an embedded PostgreSQL ...")
+    dsn = embedded.start(stop_at_exit=not keep)
     demo.run(dsn, jobs=args.jobs, workers=args.workers, console=console)
+    server = embedded.info()
+    if keep:
+        _print_server(server, console, "the embedded PostgreSQL keeps running")
+    else:
+        embedded.stop(server.data_dir)
+        console.print(f"the embedded PostgreSQL stopped; its data stays in {server.data_dir}", soft_wrap=True)
+        console.print("  reuse it:  pyalk server start  (or pyalk demo --keep-server)", soft_wrap=True)
+        console.print("  remove it: pyalk server stop --delete", soft_wrap=True)
+
+
+# the embedded server ------------------------------------------------------------
+
+
+def _print_server(server: Any, console: Console, headline: str) -> None:
+    """Everything needed to reach, stop and remove the embedded server, as
+    commands that work when pasted."""
+    console.print(f"{headline}: data in {server.data_dir}, unix socket only (no TCP port)", soft_wrap=True)
+    console.print(f"  dsn:    {server.conninfo}", soft_wrap=True)
+    console.print(f"  psql:   {server.psql_command()}", soft_wrap=True)
+    console.print(f"  pyalk:  export PYALK_DSN={shlex.quote(server.conninfo)}", soft_wrap=True)
+    console.print("  stop:   pyalk server stop   (remove its data too: pyalk server stop --delete)", soft_wrap=True)
+
+
+def cmd_server(args: argparse.Namespace, console: Console) -> int | None:
+    """``pyalk server start|stop|status|url``: the embedded PostgreSQL that
+    ``--embedded`` and the demo use (``PYALK_EMBEDDED_DIR`` chooses its data)."""
+    from pyalk import embedded, migrate
+
+    if args.delete and args.action != "stop":
+        raise UsageError("--delete goes with pyalk server stop")
+    if args.action == "start":
+        migrate.upgrade(embedded.start(stop_at_exit=False))
+        _print_server(embedded.info(), console, "the embedded PostgreSQL is running")
+        return None
+    if args.action == "stop":
+        data_dir = embedded.default_data_dir()
+        was_running = embedded.stop(delete=args.delete)
+        done = "stopped" if was_running else "was not running"
+        console.print(f"the embedded PostgreSQL {done}"
+                      + (f"; removed {data_dir}" if args.delete else f"; its data stays in {data_dir}"),
+                      soft_wrap=True)
+        return None
+    server = embedded.info()
+    if args.action == "url":
+        if not server.running:
+            raise CliError(f"the embedded PostgreSQL is not running (data in {server.data_dir}): pyalk server start")
+        sys.stdout.write(f"{server.conninfo}\n")
+        return None
+    if not server.running:
+        console.print(f"the embedded PostgreSQL is not running: data in {server.data_dir}"
+                      f"{'' if server.data_dir.exists() else ' (none yet)'}; start it with: pyalk server start",
+                      soft_wrap=True)
+        return 3  # as pg_ctl status: not running
+    _print_server(server, console, "the embedded PostgreSQL is running")
+    return None
 
 
 # queue commands --------------------------------------------------------------
@@ -486,6 +546,12 @@ def parser() -> argparse.ArgumentParser:
     demo.add_argument("--keep-server", action="store_true", help="leave the embedded server running")
     demo.set_defaults(run=cmd_demo)
 
+    server = commands.add_parser("server", help="start, stop or show the embedded PostgreSQL (--embedded, demo)")
+    server.add_argument("action", choices=("start", "stop", "status", "url"),
+                        help="start (and migrate) | stop | status (exit 3: not running) | url (print its DSN)")
+    server.add_argument("--delete", action="store_true", help="with stop: remove its data directory too")
+    server.set_defaults(run=cmd_server)
+
     worker = commands.add_parser("worker", help="run a worker: call module:function on every job of a queue")
     worker.add_argument("target", metavar="module:function",
                         help="the handler (an async def runs on asyncio, a plain function on a thread pool),"
@@ -552,9 +618,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     console = literal_console(stderr=args.command == "sql")
     errors = literal_console(stderr=True)
-    run: Callable[[argparse.Namespace, Console], None] = args.run
+    run: Callable[[argparse.Namespace, Console], int | None] = args.run
     try:
-        run(args, console)
+        code = run(args, console)
     except UsageError as error:
         errors.print(Text.assemble(("error:", "red"), f" {error}"), soft_wrap=True)
         return 2
@@ -570,7 +636,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
-    return 0
+    return code or 0
 
 
 if __name__ == "__main__":
