@@ -83,6 +83,7 @@ def test_the_demo_says_where_its_data_lives_and_how_to_remove_it(capsys, data_di
     code, out, err = run(capsys, "demo", "--jobs", "50", "--workers", "2")
     assert code == 0, err
     assert f"its data stays in {data_dir}" in out and "pyalk server stop --delete" in out
+    assert "pyalk migrated to version" in out  # styled, not markup printed as text
     assert not embedded.info(data_dir).running
 
     code, out, err = run(capsys, "demo", "--jobs", "50", "--workers", "2", "--keep-server")
