@@ -17,6 +17,7 @@ from pyalk import _codec
 from pyalk._sync.queue import ENQUEUE_OPTIONS, JobHandle, enqueue_params
 from pyalk.job import JOB_COLUMNS, Job, job_from_row
 from pyalk.options import QueueOpts
+from pyalk.worker_types import error_text
 
 if TYPE_CHECKING:
     from psycopg import Connection
@@ -25,7 +26,11 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("pyalk.outbox")
 
-_ENQUEUE = "SELECT alk.outbox_enqueue(outbox => %(queue)s, payload => %(payload)s::jsonb," + ENQUEUE_OPTIONS + ")"
+_ENQUEUE = (
+    "SELECT alk.outbox_enqueue(outbox => %(queue)s, payload => %(payload)s::jsonb, dedup_key => %(dedup_key)s::text,"
+    + ENQUEUE_OPTIONS
+    + ")"
+)
 _ENQUEUE_BATCH = (
     "SELECT * FROM alk.outbox_enqueue_batch(outbox => %(queue)s, payloads => %(payloads)s::jsonb[],"
     + ENQUEUE_OPTIONS
@@ -33,18 +38,12 @@ _ENQUEUE_BATCH = (
 )
 _CLAIM = "SELECT " + JOB_COLUMNS + " FROM alk.outbox_claim(%(outbox)s, %(worker_id)s, %(n)s::bigint)"
 _GET_JOB = (
-    "SELECT " + JOB_COLUMNS + " FROM alk.outbox_get_job(%(outbox)s, %(job_id)s::bigint) WHERE id IS NOT NULL"
+    "SELECT " + JOB_COLUMNS + " FROM alk.outbox_get_job(%(outbox)s, %(job_id)s::bigint)"
 )
 
 #: What a delivery callable receives: the claimed message, whose ``payload``
 #: is the enqueued value and whose ``heartbeat`` extends a long delivery.
 Delivery = Callable[[JobHandle], None]
-
-
-def _error_text(error: BaseException) -> str:
-    """The ``err`` a failed delivery records: ``str(error)``, or the class name
-    when that is empty; NUL (which text cannot hold) shown as ``\\0``."""
-    return (str(error) or type(error).__name__).replace("\x00", "\\0")
 
 
 class Outbox:
@@ -73,16 +72,19 @@ class Outbox:
         priority: int | None = None,
         max_attempts: int | None = None,
         expires: int | None = None,
+        dedup_key: str | None = None,
         conn: Connection | None = None,
     ) -> int:
         """Write one message and return its job id.
 
         Pass ``conn`` (a psycopg connection inside your transaction) so the
         message commits or rolls back with your own writes; pyalk never
-        commits or rolls back a connection it was given.
+        commits or rolls back a connection it was given. ``dedup_key``: while
+        an undelivered message holds it, nothing is written and its id returned.
         """
         params = enqueue_params(self.name, self.opts, delay, run_at, priority, max_attempts, expires)
         params["payload"] = _codec.payload(payload)
+        params["dedup_key"] = None if dedup_key is None else _codec.text(dedup_key, "dedup_key")
         return int(self.executor.value(_ENQUEUE, params, conn=conn, transactional=True))
 
     def enqueue_batch(
@@ -131,7 +133,7 @@ class Outbox:
 
         ``delivery(message)`` returning means delivered: the message is
         acked. Raising an :class:`Exception` means not delivered: the message
-        is retried with ``str(error)`` on the row's backoff curve
+        is retried with ``Type: message`` (:func:`pyalk.worker_types.error_text`) on the row's backoff curve
         (``backoff_base_s * 2^(attempts-1)``), and dead once its attempts are
         spent. Either way run_once returns True.
 
@@ -146,7 +148,7 @@ class Outbox:
         try:
             delivery(message)
         except Exception as error:
-            settled = message.retry(_error_text(error))
+            settled = message.retry(error_text(error))
             outcome = "retry"
         else:
             settled = message.ack()

@@ -29,12 +29,26 @@ ENQUEUE_OPTIONS = """
     visibility_timeout_s => %(visibility_timeout_s)s::bigint, backoff_base_s => %(backoff_base_s)s::bigint,
     dead_letter_retention_s => %(dead_letter_retention_s)s::bigint"""
 
-_ENQUEUE = "SELECT alk.enqueue(queue => %(queue)s, payload => %(payload)s::jsonb," + ENQUEUE_OPTIONS + ")"
-_ENQUEUE_BATCH = (
-    "SELECT * FROM alk.enqueue_batch(queue => %(queue)s, payloads => %(payloads)s::jsonb[]," + ENQUEUE_OPTIONS + ")"
+_ENQUEUE = (
+    "SELECT alk.enqueue(queue => %(queue)s, payload => %(payload)s::jsonb, dedup_key => %(dedup_key)s::text,"
+    + ENQUEUE_OPTIONS
+    + ")"
 )
+_ENQUEUE_BATCH = (
+    "SELECT * FROM alk.enqueue_batch(queue => %(queue)s, payloads => %(payloads)s::jsonb[],"
+    " dedup_keys => %(dedup_keys)s::text[]," + ENQUEUE_OPTIONS + ")"
+)
+_SETTLE_ARRAYS = (
+    "%(job_ids)s::bigint[], %(attempts)s::bigint[], %(outcomes)s::text[], %(errs)s::text[], %(delays)s::bigint[]"
+)
+_SETTLE_AND_CLAIM = (
+    "SELECT kind, " + JOB_COLUMNS + " FROM alk.settle_and_claim(%(queue)s, %(worker_id)s, %(n)s::bigint, "
+    + _SETTLE_ARRAYS + ")"
+)
+_SETTLE = "SELECT job_id, attempt, state FROM alk.settle(" + _SETTLE_ARRAYS.replace(
+    "%(attempts)s", "%(worker_id)s, %(attempts)s", 1) + ", %(queue)s)"
 _CLAIM = "SELECT " + JOB_COLUMNS + " FROM alk.claim(%(queue)s, %(worker_id)s, %(n)s::bigint)"
-_GET_JOB = "SELECT " + JOB_COLUMNS + " FROM alk.get_job(%(queue)s, %(job_id)s::bigint) WHERE id IS NOT NULL"
+_GET_JOB = "SELECT " + JOB_COLUMNS + " FROM alk.get_job(%(queue)s, %(job_id)s::bigint)"
 _QUEUE_STATS = "SELECT " + QUEUE_STATS_COLUMNS + " FROM alk.queue_stats(%(queue)s)"
 _NEXT_CLAIM = "SELECT alk.next_claim_at(%(queue)s)"
 #: next_claim_at with the clock it was computed on: alk.now() (whole seconds,
@@ -100,11 +114,17 @@ class Queue:
         priority: int | None = None,
         max_attempts: int | None = None,
         expires: int | None = None,
+        dedup_key: str | None = None,
         conn: Connection | None = None,
     ) -> int:
-        """Enqueue one job and return its id (``conn``: inside the caller's transaction)."""
+        """Enqueue one job and return its id (``conn``: inside the caller's transaction).
+
+        ``dedup_key``: while a live job of this queue holds it, nothing is
+        written and that job's id is returned.
+        """
         params = enqueue_params(self.name, self.opts, delay, run_at, priority, max_attempts, expires)
         params["payload"] = _codec.payload(payload)
+        params["dedup_key"] = None if dedup_key is None else _codec.text(dedup_key, "dedup_key")
         return int(self.executor.value(_ENQUEUE, params, conn=conn, transactional=True))
 
     def enqueue_batch(
@@ -116,11 +136,20 @@ class Queue:
         priority: int | None = None,
         max_attempts: int | None = None,
         expires: int | None = None,
+        dedup_keys: Iterable[str | None] | None = None,
         conn: Connection | None = None,
     ) -> list[int]:
-        """Enqueue many jobs in one round trip; their ids in input order."""
+        """Enqueue many jobs in one round trip; their ids in input order.
+
+        ``dedup_keys`` (aligned with ``payloads``): a held key, or one repeated
+        earlier in the batch, returns the holder's id.
+        """
         params = enqueue_params(self.name, self.opts, delay, run_at, priority, max_attempts, expires)
         params["payloads"] = _codec.payloads(payloads)
+        params["dedup_keys"] = (
+            None if dedup_keys is None
+            else [None if k is None else _codec.text(k, "dedup_keys") for k in dedup_keys]
+        )
         rows = self.executor.rows(_ENQUEUE_BATCH, params, conn=conn, transactional=True)
         return [row[0] for row in rows]
 
@@ -163,6 +192,81 @@ class Queue:
                 params,
             )
         )
+
+    def release(self, worker_id: str, jobs: Iterable[Job | JobHandle]) -> int:
+        """Give claimed jobs that never started back at once, without spending
+        an attempt (their tokens stay invalid); how many were released."""
+        held = [item.job if isinstance(item, JobHandle) else item for item in jobs]
+        params = {
+            "job_ids": [job.id for job in held],
+            "worker_id": _codec.text(worker_id, "worker_id"),
+            "attempts": [job.attempts for job in held],
+            "queue": self.name,
+        }
+        return int(
+            self.executor.value(
+                "SELECT alk.release_jobs(%(job_ids)s::bigint[], %(worker_id)s, %(attempts)s::bigint[], %(queue)s)",
+                params,
+            )
+        )
+
+    def _settle_params(self, worker_id: str, settlements: Iterable[Settlement]) -> dict[str, Any]:
+        ids: list[int] = []
+        attempts: list[int] = []
+        outcomes: list[str] = []
+        errs: list[str | None] = []
+        delays: list[int | None] = []
+        for item, outcome, err, delay in settlements:
+            job = item.job if isinstance(item, JobHandle) else item
+            ids.append(job.id)
+            attempts.append(job.attempts)
+            outcomes.append(_codec.text(outcome, "outcome"))
+            errs.append(None if err is None else _codec.text(err, "err"))
+            delays.append(_codec.bigint(delay, "delay"))
+        return {"queue": self.name, "worker_id": _codec.text(worker_id, "worker_id"), "job_ids": ids,
+                "attempts": attempts, "outcomes": outcomes, "errs": errs, "delays": delays}
+
+    def settle(self, worker_id: str, settlements: Iterable[Settlement]) -> list[str | None]:
+        """Settle many claimed jobs in one round trip; per job, in order, the
+        state it led to ('acked', 'pending', 'dead') or None when refused."""
+        rows = self.executor.rows(_SETTLE, self._settle_params(worker_id, settlements))
+        return [row[2] for row in rows]
+
+    def settle_and_claim(
+        self, worker_id: str, settlements: Iterable[Settlement], n: int
+    ) -> tuple[list[str | None], list[JobHandle]]:
+        """Settle a batch, then claim up to ``n``: one call, one transaction.
+        Returns the settled states (as :meth:`settle`) and the claimed jobs."""
+        params = self._settle_params(worker_id, settlements)
+        params["n"] = _codec.bigint(n, "n")
+        rows = self.executor.rows(_SETTLE_AND_CLAIM, params)
+        states = [row[3] for row in rows if row[0] == "settled"]  # kind, id, queue, state, ...
+        claimed = [JobHandle(self.executor, job_from_row(row[1:])) for row in rows if row[0] == "claimed"]
+        return states, claimed
+
+    def pause(self) -> bool:
+        """Pause claims on this queue; True when it was not paused."""
+        return bool(self.executor.value("SELECT alk.pause_queue(%(queue)s)", {"queue": self.name}))
+
+    def resume(self) -> bool:
+        """Resume claims and wake the queue's idle workers; True when it was paused."""
+        return bool(self.executor.value("SELECT alk.resume_queue(%(queue)s)", {"queue": self.name}))
+
+    def wait_for_jobs(self, worker_id: str) -> str:
+        """Advertise ``worker_id`` as idle (call after LISTEN, in autocommit);
+        returns the channel. See docs/queue.md, "Idle workers"."""
+        params = {"queue": self.name, "worker_id": _codec.text(worker_id, "worker_id")}
+        return str(self.executor.value("SELECT alk.wait_for_jobs(%(queue)s, %(worker_id)s)", params))
+
+    def wake_fence(self, fence: list[int] | None = None) -> list[int]:
+        """The transactions in progress now (``fence`` None), or those of
+        ``fence`` still in progress: claim again whenever it shrinks."""
+        return list(self.executor.value("SELECT alk.wake_fence(%(fence)s::bigint[])", {"fence": fence}))
+
+    def stop_waiting(self, worker_id: str) -> bool:
+        """Withdraw the idle advert; True if there was one."""
+        params = {"queue": self.name, "worker_id": _codec.text(worker_id, "worker_id")}
+        return bool(self.executor.value("SELECT alk.stop_waiting(%(queue)s, %(worker_id)s)", params))
 
     def cancel(self, job_id: int) -> bool:
         """Delete a pending or processing job; True if one went."""
@@ -286,4 +390,6 @@ class JobHandle:
             )
         )
 
-
+#: One settlement for :meth:`AsyncQueue.settle`: (job, outcome, err, delay);
+#: outcome is 'ack', 'retry' or 'fail'.
+Settlement = tuple[Job | JobHandle, str, str | None, int | None]
