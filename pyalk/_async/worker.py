@@ -179,7 +179,7 @@ class AsyncWorker:
         self._heartbeater = AsyncHeartbeater(self._in_flight.jobs, poll_interval=self.poll_interval, logger=logger,
                                              fields=self._fields)
         self._listener = None if conninfo is None else AsyncListener(
-            conninfo, self._channel, backoff=Backoff(0.2, min(self.poll_interval, 5.0)), connect_timeout=10
+            conninfo, self._channel, backoff=Backoff(0.05, min(self.poll_interval, 0.5)), connect_timeout=10
         )
         self._pool = AsyncPool(concurrency, name=f"pyalk-worker-{self.queue.name}")
 
@@ -294,7 +294,9 @@ class AsyncWorker:
 
     async def _claim_loop(self) -> None:
         idle = Backoff(0.05, self.poll_interval)
-        failing = Backoff(0.1, min(self.poll_interval, 5.0))
+        # Short and reset on success: the pool reconnects within 0.5 s of
+        # the server accepting again (pool.py), so should the claims.
+        failing = Backoff(0.05, min(self.poll_interval, 0.5))
         while self._life.state is WorkerState.RUNNING:
             free = self.concurrency - len(self._in_flight)
             if free <= 0:
