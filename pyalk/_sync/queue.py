@@ -10,7 +10,7 @@ the SQL; this module only encodes arguments and decodes rows.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from pyalk import _codec
@@ -46,6 +46,15 @@ _LIST_JOBS = (
     "SELECT " + JOB_COLUMNS + " FROM alk.list_jobs(%(queue)s, %(state)s, %(n)s::bigint, %(after_id)s::bigint)"
 )
 _REQUEUE_DEAD = "SELECT alk.requeue_dead(%(queue)s, %(job_ids)s::bigint[])"
+_SETTLE_AND_CLAIM = (
+    "SELECT kind, " + JOB_COLUMNS + " FROM alk.settle_and_claim(%(queue)s, %(worker_id)s, %(n)s::bigint,"
+    " %(job_ids)s::bigint[], %(attempts)s::bigint[], %(outcomes)s::text[], %(errs)s::text[])"
+)
+_SETTLE = (
+    "SELECT state FROM alk.settle(%(job_ids)s::bigint[], %(worker_id)s, %(attempts)s::bigint[],"
+    " %(outcomes)s::text[], %(errs)s::text[], NULL::bigint[], %(queue)s)"
+)
+_RELEASE = "SELECT alk.release_jobs(%(job_ids)s::bigint[], %(worker_id)s, %(attempts)s::bigint[], %(queue)s)"
 #: Also run by a worker on its own LISTEN connection.
 QUEUE_CHANNEL = "SELECT alk.queue_channel(%(queue)s)"
 
@@ -163,6 +172,76 @@ class Queue:
                 params,
             )
         )
+
+    def _outcome_params(
+        self, worker_id: str, outcomes: Sequence[tuple[Job, str, str | None]]
+    ) -> dict[str, Any]:
+        return {
+            "queue": self.name,
+            "worker_id": _codec.text(worker_id, "worker_id"),
+            "job_ids": [job.id for job, _, _ in outcomes],
+            "attempts": [job.attempts for job, _, _ in outcomes],
+            "outcomes": [kind for _, kind, _ in outcomes],
+            "errs": [err for _, _, err in outcomes],
+        }
+
+    def settle(self, worker_id: str, outcomes: Sequence[tuple[Job, str, str | None]]) -> list[str | None]:
+        """``alk.settle``: record many claimed jobs' outcomes (``(job, 'ack' |
+        'retry' | 'fail', error text)``) in one round trip; per outcome, the
+        state it led to ('acked', 'pending', 'dead'), None when the claim was
+        no longer valid."""
+        if not outcomes:
+            return []
+        rows = self.executor.rows(_SETTLE, self._outcome_params(worker_id, outcomes))
+        return [row[0] for row in rows]
+
+    def settle_and_claim(
+        self, worker_id: str, n: int, outcomes: Sequence[tuple[Job, str, str | None]] = ()
+    ) -> tuple[list[str | None], list[JobHandle]]:
+        """``alk.settle_and_claim``: settle ``outcomes`` as :meth:`settle`
+        does, then claim up to ``n``, in one call and one transaction; the
+        settled states and the claimed jobs."""
+        params = self._outcome_params(worker_id, outcomes)
+        params["n"] = _codec.bigint(n, "n")
+        states: list[str | None] = []
+        handles: list[JobHandle] = []
+        executor = self.executor
+        for row in executor.rows(_SETTLE_AND_CLAIM, params):
+            if row[0] == "claimed":
+                handles.append(JobHandle(executor, Job(*row[1:])))
+            else:
+                states.append(row[3])  # the state column of the job's shape
+        return states, handles
+
+    def release_jobs(self, worker_id: str, jobs: Sequence[Job]) -> int:
+        """``alk.release_jobs``: claimed jobs that never started go back to
+        pending at once, their attempt refunded; how many were still held."""
+        if not jobs:
+            return 0
+        params = {
+            "queue": self.name,
+            "worker_id": _codec.text(worker_id, "worker_id"),
+            "job_ids": [job.id for job in jobs],
+            "attempts": [job.attempts for job in jobs],
+        }
+        return int(self.executor.value(_RELEASE, params))
+
+    def wait_for_jobs(self, worker_id: str) -> str:
+        """``alk.wait_for_jobs``: advertise ``worker_id`` as idle on this
+        queue, so enqueues notify its channel (returned)."""
+        params = {"queue": self.name, "worker_id": _codec.text(worker_id, "worker_id")}
+        return str(self.executor.value("SELECT alk.wait_for_jobs(%(queue)s, %(worker_id)s)", params))
+
+    def stop_waiting(self, worker_id: str) -> bool:
+        """``alk.stop_waiting``: withdraw the idle advert."""
+        params = {"queue": self.name, "worker_id": _codec.text(worker_id, "worker_id")}
+        return bool(self.executor.value("SELECT alk.stop_waiting(%(queue)s, %(worker_id)s)", params))
+
+    def wake_fence(self, in_progress: list[int] | None = None) -> list[int]:
+        """``alk.wake_fence``: the transactions in progress now (``None``), or
+        those of ``in_progress`` not yet ended."""
+        value = self.executor.value("SELECT alk.wake_fence(%(fence)s::bigint[])", {"fence": in_progress})
+        return list(value or [])
 
     def cancel(self, job_id: int) -> bool:
         """Delete a pending or processing job; True if one went."""
