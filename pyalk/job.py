@@ -30,6 +30,15 @@ class Job:
     dead_letter_retention_s: int | None
     last_error: str | None
     died_at: int | None
+    #: While this job is live, enqueues with the same key return its id.
+    dedup_key: str | None
+    #: Claims given back (release, requeue_dead); attempts left are
+    #: ``max_attempts - (attempts - attempts_refunded)``.
+    attempts_refunded: int
+
+    @property
+    def attempts_spent(self) -> int:
+        return self.attempts - self.attempts_refunded
 
 
 #: The select list that reads an ``alk.job`` in :class:`Job` field order.

@@ -122,6 +122,25 @@ END
 $$;
 COMMENT ON FUNCTION alk._check_name(text, text, boolean) IS 'internal: LK001 unless value is a non-empty name of at most 1024 bytes outside the reserved alk: prefix';
 
+-- The name rule as an inlinable expression for hot paths: valid names pass
+-- through at the cost of three comparisons folded into the caller's
+-- statement; anything else goes to alk._check_name, which raises the LK001
+-- that names the argument. IMMUTABLE like _check_name, so a plan-time fold
+-- of a constant bad name raises the same error.
+CREATE FUNCTION alk._name_ok(argument text, value text, reserved_ok boolean)
+RETURNS text
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT CASE
+        WHEN value OPERATOR(pg_catalog.<>) ''
+         AND pg_catalog.octet_length(value) OPERATOR(pg_catalog.<=) 1024
+         AND (reserved_ok OR NOT pg_catalog.starts_with(value, 'alk:'))
+            THEN value
+        ELSE alk._check_name(argument, value, reserved_ok)
+    END
+$$;
+COMMENT ON FUNCTION alk._name_ok(text, text, boolean) IS 'internal: value when it is a valid name, else the LK001 of alk._check_name (inlinable)';
+
 -- Saturating bigint arithmetic: stamp sums never raise "bigint out of range"
 -- and never poison a row; the result is clamped to the bigint domain.
 -- Inlinable (see alk.now): no SET clause, every operator qualified.
@@ -176,15 +195,17 @@ $$;
 COMMENT ON FUNCTION alk._sat_mul_pow2(bigint, bigint) IS 'internal: base * 2^exponent clamped to the bigint range';
 
 -- NOTIFY channel names: prefix || the first 32 hex digits of sha256(name as
--- UTF-8), so a channel is short and fixed-length whatever the name (the
+-- UTF-8). Inlinable (see alk.now): every enqueue that wakes a worker computes
+-- one, and a SET clause would cost a call frame each time. The name is
+-- so a channel is short and fixed-length whatever the name (the
 -- limit is 63 bytes), and each queue or stream has its own. sha256 rather
 -- than md5: servers in FIPS mode refuse md5.
 CREATE FUNCTION alk._channel(prefix text, name text)
 RETURNS text
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT prefix || pg_catalog.left(pg_catalog.encode(pg_catalog.sha256(pg_catalog.convert_to(name, 'UTF8')), 'hex'), 32)
+    SELECT prefix OPERATOR(pg_catalog.||) pg_catalog.left(pg_catalog.encode(
+        pg_catalog.sha256(pg_catalog.convert_to(name, 'UTF8')), 'hex'), 32)
 $$;
 COMMENT ON FUNCTION alk._channel(text, text) IS 'internal: a NOTIFY channel name for a queue or stream name';
 
@@ -241,7 +262,7 @@ END
 $$;
 COMMENT ON FUNCTION alk._check_payloads(jsonb[]) IS 'internal: LK002 unless payloads is an array of JSON values without SQL NULLs';
 
--- schema version (0008) -----------------------------------------------------
+-- schema version (0008, breaking since 0009) -----------------------------------------------------
 --
 -- The schema says which version it is, so a client can check at
 -- connect that it can run on it (docs/migrations.md, "Compatibility").
@@ -259,7 +280,7 @@ RETURNS record
 LANGUAGE sql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT (SELECT max(v.version_num)::text FROM alk.alembic_version v), '0008'::text
+    SELECT (SELECT max(v.version_num)::text FROM alk.alembic_version v), '0009'::text
 $$;
 COMMENT ON FUNCTION alk.schema_info() IS
 'The installed schema version and breaking_since, the newest version that older clients cannot run on. '

@@ -72,30 +72,23 @@ CREATE FUNCTION alk.outbox_enqueue(
     expires bigint DEFAULT NULL,
     visibility_timeout_s bigint DEFAULT 60,
     backoff_base_s bigint DEFAULT 5,
-    dead_letter_retention_s bigint DEFAULT NULL
+    dead_letter_retention_s bigint DEFAULT NULL,
+    dedup_key text DEFAULT NULL
 )
 RETURNS bigint
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+LANGUAGE sql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
-DECLARE
-    clock bigint := alk.now();
-    backing text := alk._outbox_queue(outbox);
-    job_id bigint;
-BEGIN
-    SELECT * INTO job_id FROM alk._enqueue(backing, ARRAY[payload], clock,
-        delay, outbox_enqueue.run_at, outbox_enqueue.priority, outbox_enqueue.max_attempts,
-        expires, outbox_enqueue.visibility_timeout_s, outbox_enqueue.backoff_base_s,
-        outbox_enqueue.dead_letter_retention_s, 60, 5, 5);
-    RETURN job_id;
-END
+    SELECT alk._enqueue_one(alk._outbox_queue($1), $2, alk.now(), $3, $4, coalesce($5, 0), coalesce($6, 5), $7,
+                            coalesce($8, 60), coalesce($9, 5), $10, $11)
 $$;
-COMMENT ON FUNCTION alk.outbox_enqueue(text, jsonb, bigint, bigint, bigint, bigint, bigint, bigint, bigint, bigint) IS
+COMMENT ON FUNCTION alk.outbox_enqueue(text, jsonb, bigint, bigint, bigint, bigint, bigint, bigint, bigint, bigint, text) IS
 'Write one outbox message into the backing queue alk:outbox:<outbox>, inside the caller''s transaction (it exists '
 'if and only if that transaction commits); returns its job id. Options as alk.enqueue, with the outbox stamps: '
-'60 s visibility, 5 attempts, 5 s backoff base, dead rows kept forever. '
+'60 s visibility, 5 attempts, 5 s backoff base, dead rows kept forever. dedup_key: while an undelivered message of '
+'this outbox holds the key, nothing is written and its id is returned. '
 'Example: BEGIN; UPDATE invoices SET paid = true WHERE id = 7; '
-'SELECT alk.outbox_enqueue(outbox => ''billing'', payload => ''{"invoice": 7}''); COMMIT;';
+'SELECT alk.outbox_enqueue(outbox => ''billing'', payload => ''{"invoice": 7}'', dedup_key => ''invoice:7''); COMMIT;';
 
 -- claim ---------------------------------------------------------------------
 
@@ -114,15 +107,16 @@ COMMENT ON FUNCTION alk.outbox_claim(text, text, bigint) IS
 -- inspection and upkeep -------------------------------------------------------
 
 CREATE FUNCTION alk.outbox_get_job(outbox text, job_id bigint)
-RETURNS alk.job
+RETURNS SETOF alk.job
 LANGUAGE sql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
+ROWS 1
 AS $$
-    SELECT alk._get_job(alk._outbox_queue($1), $2)
+    SELECT * FROM alk._get_job(alk._outbox_queue($1), $2)
 $$;
 COMMENT ON FUNCTION alk.outbox_get_job(text, bigint) IS
-'The whole row of an outbox message in any state, dead included (last_error says why), or NULL once it was delivered. '
-'Example: SELECT state, attempts, last_error FROM alk.outbox_get_job(''billing'', 42);';
+'The whole row of an outbox message in any state, dead included (last_error says why); no row once it was delivered '
+'(NULL as a scalar subquery). Example: SELECT state, attempts, last_error FROM alk.outbox_get_job(''billing'', 42);';
 
 CREATE FUNCTION alk.outbox_sweep_expired(outbox text)
 RETURNS bigint

@@ -148,11 +148,18 @@ def test_sql_null_payload_is_refused_and_nothing_written(clocked):
 
 @pytest.mark.parametrize("argument", ["priority", "max_attempts"])
 @pytest.mark.parametrize("value", [2**31, -(2**31) - 1, MAX, MIN])
-def test_int4_columns_refuse_out_of_range_values(clocked, argument, value):
-    code, message = sqlstate_of(clocked, f"SELECT alk.enqueue('q', '1', {argument} => %s)", value)
-    assert code == "LK002"
-    assert argument in message and str(value) in message
-    assert count_jobs(clocked) == 0
+def test_priority_and_max_attempts_take_the_whole_bigint_range(clocked, argument, value):
+    job_id = enqueue(clocked, **{argument: value})
+    assert job(clocked, job_id)[argument] == value
+
+
+def test_job_integer_columns_are_bigint_in_the_type_and_the_table(clocked):
+    widths = dict(clocked.execute("""
+        SELECT c.relname || '.' || a.attname, format_type(a.atttypid, a.atttypmod)
+          FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid
+         WHERE c.relnamespace = 'alk'::regnamespace AND c.relname IN ('job', 'jobs') AND a.attnum > 0
+           AND a.attname IN ('priority', 'attempts', 'max_attempts', 'attempts_refunded')""").fetchall())
+    assert len(widths) == 8 and set(widths.values()) == {"bigint"}
 
 
 def test_enqueue_batch_returns_ids_in_input_order(clocked):
@@ -378,7 +385,11 @@ def test_cancel_deletes_live_jobs_only(clocked):
 def test_get_job_of_another_queue_or_missing_is_null(clocked):
     job_id = enqueue(clocked)
     assert job(clocked, job_id, queue="other") is None
-    assert one(clocked, "SELECT alk.get_job('q', 424242) IS NULL") is True
+    # Zero rows in FROM form, NULL as a scalar subquery: never a row of NULLs.
+    assert clocked.execute("SELECT * FROM alk.get_job('q', 424242)").fetchall() == []
+    assert clocked.execute("SELECT * FROM alk.get_job('other', %s)", [job_id]).fetchall() == []
+    assert one(clocked, "SELECT (SELECT alk.get_job('q', 424242)) IS NULL") is True
+    assert one(clocked, "SELECT (SELECT alk.get_job('q', %s)) IS NULL", job_id) is False
 
 
 # sweep ---------------------------------------------------------------------------
@@ -643,3 +654,475 @@ def test_names_over_1024_bytes_are_refused_before_they_reach_an_index(clocked):
     assert code == "LK001"
     assert enqueue(clocked, queue="é" * 512)  # exactly 1024 bytes
     assert count_jobs(clocked) == 1
+
+
+# 0009: one name rule for worker ids -------------------------------------------------
+
+
+WORKER_OPS = [
+    "SELECT alk.ack(%s, %s, 1)",
+    "SELECT alk.ack_batch(ARRAY[%s]::bigint[], %s)",
+    "SELECT alk.retry(%s, %s, 1)",
+    "SELECT alk.fail(%s, %s, 1)",
+    "SELECT alk.heartbeat(%s, %s, 1)",
+    "SELECT alk.release_jobs(ARRAY[%s]::bigint[], %s, ARRAY[1])",
+    "SELECT * FROM alk.settle(ARRAY[%s]::bigint[], %s)",
+]
+
+
+@pytest.mark.parametrize("op", WORKER_OPS)
+@pytest.mark.parametrize("worker", [None, "", "x" * 1025])
+def test_every_op_refuses_a_bad_worker_id_like_claim(clocked, op, worker):
+    job_id = enqueue(clocked)
+    claim(clocked)
+    code, message = sqlstate_of(clocked, op, job_id, worker)
+    assert code == "LK001" and "worker_id" in message
+    assert job(clocked, job_id)["state"] == "processing"
+
+
+# 0009: fencing tokens never come back ---------------------------------------------
+
+
+def test_a_token_is_never_valid_again_after_requeue_dead(clocked):
+    job_id = enqueue(clocked, max_attempts=1)
+    assert claim(clocked)[0]["attempts"] == 1
+    assert one(clocked, "SELECT alk.fail(%s, 'w1', 1)", job_id) is True
+    assert one(clocked, "SELECT alk.requeue_dead('q')") == 1
+    again = claim(clocked)[0]
+    assert (again["attempts"], again["attempts_refunded"]) == (2, 1)
+    # The first run's token stays dead; the new one works.
+    assert one(clocked, "SELECT alk.heartbeat(%s, 'w1', 1)", job_id) is False
+    assert one(clocked, "SELECT alk.ack(%s, 'w1', 1)", job_id) is False
+    assert one(clocked, "SELECT alk.ack(%s, 'w1', 2)", job_id) is True
+
+
+def test_release_gives_a_job_back_without_spending_an_attempt(clocked):
+    first = enqueue(clocked, max_attempts=1, run_at=NOW - 5)
+    second = enqueue(clocked, max_attempts=1)
+    claimed = claim(clocked, 2)
+    assert [c["id"] for c in claimed] == [first, second]
+    assert one(clocked, "SELECT alk.release_jobs(%s, 'w1', %s)", [first, second, 424242], [1, 1, 1]) == 2
+    row = job(clocked, first)
+    assert (row["state"], row["worker_id"], row["claimed_at"], row["claim_expires_at"], row["run_at"]) == (
+        "pending", None, None, None, NOW - 5)
+    assert (row["attempts"], row["attempts_refunded"]) == (1, 1)
+    # Its one attempt is still there (max_attempts 1), under a new token, and
+    # it keeps its place in claim order.
+    again = claim(clocked)[0]
+    assert (again["id"], again["attempts"]) == (first, 2)
+    assert one(clocked, "SELECT alk.ack(%s, 'w1', 1)", first) is False
+    assert one(clocked, "SELECT alk.release_jobs(ARRAY[%s]::bigint[], 'w1', ARRAY[1])", first) == 0
+    assert one(clocked, "SELECT alk.ack(%s, 'w1', 2)", first) is True
+
+
+def test_release_refuses_invalid_claims_and_misaligned_tokens(clocked):
+    job_id = enqueue(clocked)
+    claim(clocked)
+    assert one(clocked, "SELECT alk.release_jobs(ARRAY[%s]::bigint[], 'w2', ARRAY[1])", job_id) == 0
+    code, message = sqlstate_of(clocked, "SELECT alk.release_jobs(ARRAY[%s]::bigint[], 'w1', ARRAY[1, 2])", job_id)
+    assert code == "LK002" and "attempts" in message
+    assert job(clocked, job_id)["state"] == "processing"
+
+
+def test_backoff_and_burial_count_spent_attempts(clocked):
+    job_id = enqueue(clocked, max_attempts=2, backoff_base_s=10)
+    claim(clocked)
+    assert one(clocked, "SELECT alk.release_jobs(ARRAY[%s]::bigint[], 'w1', ARRAY[1])", job_id) == 1
+    claim(clocked)  # token 2, one attempt spent
+    assert one(clocked, "SELECT alk.retry(%s, 'w1', 2)", job_id) is True
+    assert job(clocked, job_id)["run_at"] == NOW + 10  # base * 2^(spent - 1), spent = 1
+    pin_clock(clocked, NOW + 10)
+    claim(clocked)  # token 3, two spent: a retry now buries it
+    assert one(clocked, "SELECT alk.retry(%s, 'w1', 3, 'E: no')", job_id) is True
+    assert (job(clocked, job_id)["state"], job(clocked, job_id)["last_error"]) == ("dead", "E: no")
+
+
+# 0009: batch settlement and settle-and-claim ------------------------------------
+
+
+def settle(db: psycopg.Connection, ids: list[int], tokens: list[int | None], outcomes: list[str] | None = None,
+           errs: list[str | None] | None = None, delays: list[int | None] | None = None) -> list[tuple[Any, ...]]:
+    return db.execute("SELECT * FROM alk.settle(%s::bigint[], 'w1', %s::bigint[], %s, %s, %s::bigint[])",
+                      [ids, tokens, outcomes, errs, delays]).fetchall()
+
+
+def test_settle_reports_the_state_each_outcome_led_to(clocked):
+    acked, retried, failed, buried, stale = (enqueue(clocked, max_attempts=1 if i == 3 else 3) for i in range(5))
+    claim(clocked, 5)
+    assert settle(clocked, [acked, retried, failed, buried, stale, 424242], [1, 1, 1, 1, 7, 1],
+                  ["ack", "retry", "fail", "retry", "ack", "fail"], [None, "E: a", "E: b", "E: c", None, None],
+                  [None, 30, None, None, None, None]) == [
+        (acked, 1, "acked"), (retried, 1, "pending"), (failed, 1, "dead"), (buried, 1, "dead"),
+        (stale, 7, None), (424242, 1, None)]
+    assert job(clocked, acked) is None
+    assert (job(clocked, retried)["run_at"], job(clocked, retried)["last_error"]) == (NOW + 30, None)
+    assert job(clocked, failed)["last_error"] == "E: b"
+    assert job(clocked, buried)["last_error"] == "E: c"
+    assert job(clocked, stale)["state"] == "processing"
+
+
+def test_settle_defaults_to_ack_and_refuses_a_repeated_id(clocked):
+    job_id = enqueue(clocked)
+    claim(clocked)
+    assert settle(clocked, [job_id, job_id], [1, 1]) == [(job_id, 1, "acked"), (job_id, 1, None)]
+    assert settle(clocked, [], []) == []
+
+
+@pytest.mark.parametrize(("query", "fragment"), [
+    ("SELECT * FROM alk.settle(ARRAY[1, 2], 'w1', ARRAY[1])", "one entry per job id"),
+    ("SELECT * FROM alk.settle(ARRAY[1], 'w1', NULL, ARRAY['ack', 'ack'])", "one entry per job id"),
+    ("SELECT * FROM alk.settle(ARRAY[1], 'w1', NULL, ARRAY['done'])", "outcome 1"),
+    ("SELECT * FROM alk.settle(ARRAY[1], 'w1', NULL, ARRAY[NULL]::text[])", "outcome 1"),
+])
+def test_settle_refuses_malformed_batches_and_writes_nothing(clocked, query, fragment):
+    job_id = enqueue(clocked)
+    claim(clocked)
+    code, message = sqlstate_of(clocked, query)
+    assert code == "LK002" and fragment in message
+    assert job(clocked, job_id)["state"] == "processing"
+
+
+def settle_and_claim(db: psycopg.Connection, n: int, ids: list[int], tokens: list[int], outcomes: list[str] | None
+                     = None, worker: str = "w1") -> list[dict[str, Any]]:
+    cur = db.execute("SELECT * FROM alk.settle_and_claim('q', %s, %s, %s::bigint[], %s::bigint[], %s)",
+                     [worker, n, ids, tokens, outcomes])
+    assert cur.description is not None
+    names = [c.name for c in cur.description]
+    return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
+
+
+def test_settle_and_claim_settles_then_claims_in_one_call(clocked):
+    done, again = enqueue(clocked), enqueue(clocked)
+    waiting = [enqueue(clocked) for _ in range(3)]
+    claim(clocked, 2)
+    rows = settle_and_claim(clocked, 2, [done, again, done], [1, 1, 1], ["ack", "retry", "ack"])
+    assert [(r["kind"], r["id"], r["state"], r["attempts"]) for r in rows[:3]] == [
+        ("settled", done, "acked", 1), ("settled", again, "pending", 1), ("settled", done, None, 1)]
+    assert all(r["queue"] == "q" and r["payload"] is None for r in rows[:3])
+    claimed = rows[3:]
+    assert [(r["kind"], r["id"], r["state"], r["attempts"]) for r in claimed] == [
+        ("claimed", waiting[0], "processing", 1), ("claimed", waiting[1], "processing", 1)]
+    # A claimed row is a whole alk.job.
+    assert {k: v for k, v in claimed[0].items() if k != "kind"} == job(clocked, waiting[0])
+    # Nothing to settle: a plain claim.
+    assert [r["id"] for r in settle_and_claim(clocked, 5, [], [])] == [waiting[2]]
+
+
+def test_settle_and_claim_refuses_stale_tokens_and_other_queues(clocked):
+    job_id = enqueue(clocked, visibility_timeout_s=10)
+    other = enqueue(clocked, "other")
+    claim(clocked)
+    claim(clocked, queue="other")
+    pin_clock(clocked, NOW + 11)
+    # The lease lapsed and w2 reclaimed it: w1's token 1 is stale.
+    assert claim(clocked, worker="w2")[0]["attempts"] == 2
+    rows = settle_and_claim(clocked, 0, [job_id, other], [1, 1])
+    assert [(r["kind"], r["id"], r["state"]) for r in rows] == [("settled", job_id, None), ("settled", other, None)]
+    assert job(clocked, job_id)["worker_id"] == "w2"
+    assert job(clocked, other, "other")["state"] == "processing"
+
+
+def test_settle_and_claim_is_one_transaction(clocked):
+    job_id = enqueue(clocked)
+    claim(clocked)
+    enqueue(clocked)
+    code, _ = sqlstate_of(clocked, "SELECT * FROM alk.settle_and_claim('', 'w1', 1, ARRAY[%s]::bigint[], ARRAY[1])",
+                          job_id)
+    assert code == "LK001"
+    assert job(clocked, job_id)["state"] == "processing"  # the ack rolled back with the failed claim
+
+
+def test_concurrent_settle_and_claim_have_exactly_one_winner_per_job(connect):
+    from concurrent.futures import ThreadPoolExecutor
+
+    setup = connect()
+    ids = [r[0] for r in setup.execute(
+        "SELECT * FROM alk.enqueue_batch('q', array_fill('{}'::jsonb, ARRAY[200]))").fetchall()]
+    conns = [connect() for _ in range(4)]
+
+    def drain(i: int) -> list[int]:
+        got: list[int] = []
+        held: list[tuple[int, int]] = []
+        while True:
+            rows = conns[i].execute(
+                "SELECT kind, id, attempts FROM alk.settle_and_claim('q', %s, 7, %s::bigint[], %s::bigint[])",
+                [f"w{i}", [h[0] for h in held], [h[1] for h in held]]).fetchall()
+            assert all(kind == "claimed" or True for kind, _, _ in rows)
+            held = [(job_id, attempt) for kind, job_id, attempt in rows if kind == "claimed"]
+            if not held:
+                return got
+            got += [h[0] for h in held]
+
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(drain, range(4)))
+    everything = [job_id for result in results for job_id in result]
+    assert sorted(everything) == ids  # each job claimed exactly once
+    assert one(setup, "SELECT count(*) FROM alk.jobs") == 0  # and acked by its claimer
+
+
+# 0009: dedup keys ------------------------------------------------------------------
+
+
+def test_a_live_job_holds_its_dedup_key(clocked):
+    first = enqueue(clocked, dedup_key="k")
+    assert enqueue(clocked, payload='{"again": 1}', dedup_key="k") == first
+    assert enqueue(clocked, "other", dedup_key="k") != first  # per queue
+    assert one(clocked, "SELECT count(*) FROM alk.jobs WHERE queue = 'q'") == 1
+    assert job(clocked, first)["dedup_key"] == "k" and job(clocked, first)["payload"] == {}
+    claim(clocked)
+    assert enqueue(clocked, dedup_key="k") == first  # processing still holds it
+    assert enqueue(clocked) != enqueue(clocked)  # NULL: no dedup
+
+
+@pytest.mark.parametrize("release", ["ack", "cancel", "fail"])
+def test_acked_cancelled_or_dead_jobs_free_the_key(clocked, release):
+    first = enqueue(clocked, dedup_key="k")
+    claim(clocked)
+    query = {"ack": "SELECT alk.ack(%s, 'w1', 1)", "cancel": "SELECT alk.cancel('q', %s)",
+             "fail": "SELECT alk.fail(%s, 'w1', 1)"}[release]
+    assert one(clocked, query, first) is True
+    second = enqueue(clocked, dedup_key="k")
+    assert second != first
+    if release == "fail":
+        # The dead row keeps its key for inspection, and a requeue of it
+        # writes nothing while the new job holds the key.
+        assert job(clocked, first)["dedup_key"] == "k"
+        assert one(clocked, "SELECT alk.requeue_dead('q')") == 0
+        assert job(clocked, first)["state"] == "dead"
+
+
+def test_enqueue_batch_dedups_against_live_jobs_and_within_the_batch(clocked):
+    held = enqueue(clocked, dedup_key="a")
+    ids = [r[0] for r in clocked.execute(
+        "SELECT * FROM alk.enqueue_batch('q', ARRAY['1', '2', '3', '4', '5']::jsonb[], "
+        "dedup_keys => ARRAY['a', 'b', NULL, 'b', NULL])").fetchall()]
+    assert ids[0] == held and ids[3] == ids[1] and len({ids[1], ids[2], ids[4], held}) == 4
+    assert job(clocked, ids[1])["payload"] == 2  # the first occurrence wins
+    assert one(clocked, "SELECT count(*) FROM alk.jobs") == 4
+    code, message = sqlstate_of(clocked, "SELECT * FROM alk.enqueue_batch('q', ARRAY['1']::jsonb[], "
+                                         "dedup_keys => ARRAY['x', 'y'])")
+    assert code == "LK002" and "dedup_keys" in message
+
+
+@pytest.mark.parametrize("key", ["", "x" * 1025])
+def test_a_dedup_key_is_a_name(clocked, key):
+    code, message = sqlstate_of(clocked, "SELECT alk.enqueue('q', '1', dedup_key => %s)", key)
+    assert code == "LK001" and "dedup_key" in message
+    code, _ = sqlstate_of(clocked, "SELECT * FROM alk.enqueue_batch('q', ARRAY['1']::jsonb[], dedup_keys => %s)",
+                          [key])
+    assert code == "LK001"
+    assert count_jobs(clocked) == 0
+
+
+def test_concurrent_enqueues_of_one_key_leave_one_row(connect):
+    import threading
+
+    conns = [connect() for _ in range(8)]
+    barrier = threading.Barrier(len(conns))
+    results: list[int] = []
+
+    def go(conn: psycopg.Connection) -> None:
+        barrier.wait()
+        for _ in range(20):
+            with conn.transaction():
+                results.append(one(conn, "SELECT alk.enqueue('q', '1', dedup_key => 'same')"))
+
+    threads = [threading.Thread(target=go, args=(c,)) for c in conns]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(results) == 160 and len(set(results)) == 1
+    assert one(conns[0], "SELECT count(*) FROM alk.jobs") == 1
+
+
+# 0009: pause and resume --------------------------------------------------------------
+
+
+def test_a_paused_queue_claims_nothing_until_resumed(clocked):
+    job_id = enqueue(clocked)
+    enqueue(clocked, "other")
+    assert one(clocked, "SELECT alk.pause_queue('q')") is True
+    assert one(clocked, "SELECT alk.pause_queue('q')") is False
+    assert claim(clocked) == []
+    assert settle_and_claim(clocked, 5, [], []) == []
+    assert one(clocked, "SELECT alk.next_claim_at('q')") is None
+    assert len(claim(clocked, queue="other")) == 1  # other queues go on
+    assert enqueue(clocked) > job_id  # enqueue works
+    assert one(clocked, "SELECT paused FROM alk.queue_stats('q')") is True
+    assert one(clocked, "SELECT paused FROM alk.queue_stats('other')") is False
+    assert one(clocked, "SELECT alk.resume_queue('q')") is True
+    assert one(clocked, "SELECT alk.resume_queue('q')") is False
+    assert [c["id"] for c in claim(clocked)] == [job_id]
+
+
+def test_ops_on_claimed_jobs_work_while_paused(clocked):
+    job_id = enqueue(clocked)
+    claim(clocked)
+    one(clocked, "SELECT alk.pause_queue('q')")
+    assert one(clocked, "SELECT alk.heartbeat(%s, 'w1', 1)", job_id) is True
+    assert one(clocked, "SELECT alk.retry(%s, 'w1', 1, NULL, 0)", job_id) is True
+    assert one(clocked, "SELECT alk.sweep_expired('q')") == 0
+
+
+@pytest.mark.parametrize("queue", ["", None, "alk:x"])
+def test_pause_and_resume_take_a_queue_name(db, queue):
+    assert sqlstate_of(db, "SELECT alk.pause_queue(%s)", queue)[0] == "LK001"
+    assert sqlstate_of(db, "SELECT alk.resume_queue(%s)", queue)[0] == "LK001"
+
+
+def test_resume_wakes_the_queues_listeners(db, connect):
+    from psycopg import sql
+
+    listener = connect()
+    channel = one(db, "SELECT alk.queue_channel('q')")
+    listener.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+    one(db, "SELECT alk.pause_queue('q')")
+    one(db, "SELECT alk.resume_queue('q')")
+    assert [n.channel for n in listener.notifies(timeout=5, stop_after=1)] == [channel]
+
+
+# 0009: claim does not walk future rows --------------------------------------------------
+
+
+def test_claim_skips_higher_priority_future_rows_without_reading_them(clocked):
+    clocked.execute("SELECT alk.enqueue_batch('q', array_fill('{}'::jsonb, ARRAY[20000]), delay => 3600, "
+                    "priority => 9)")
+    due = enqueue(clocked, priority=0)
+    clocked.execute("ANALYZE alk.jobs")
+    assert [c["id"] for c in claim(clocked)] == [due]
+    # The loose scan reads a handful of index pages, not the ~100 of the 20000 future rows.
+    plan = clocked.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) SELECT * FROM alk._claim('q', 'w', 1)"
+                           ).fetchone()
+    assert plan is not None
+    assert plan[0][0]["Plan"]["Shared Hit Blocks"] + plan[0][0]["Plan"].get("Shared Read Blocks", 0) < 50
+
+
+# 0009: wake-ups only for idle workers, none lost --------------------------------------
+
+
+class IdleWorker:
+    """The idle protocol of alk.wait_for_jobs, step by step, on its own connection."""
+
+    def __init__(self, conn: psycopg.Connection, queue: str = "q") -> None:
+        from psycopg import sql
+
+        self.conn, self.queue = conn, queue
+        channel = one(conn, "SELECT alk.queue_channel(%s)", queue)
+        conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+
+    def go_idle(self) -> list[int]:
+        one(self.conn, "SELECT alk.wait_for_jobs(%s, 'idle')", self.queue)
+        fence: list[int] = one(self.conn, "SELECT alk.wake_fence()")
+        return fence
+
+    def claim(self) -> list[int]:
+        return [r[0] for r in self.conn.execute("SELECT id FROM alk.claim(%s, 'idle', 100)", [self.queue])]
+
+    def notified(self, timeout: float) -> bool:
+        return any(True for _ in self.conn.notifies(timeout=timeout, stop_after=1))
+
+
+def test_a_busy_queue_never_notifies(db, connect):
+    worker = IdleWorker(connect())
+    enqueue(db)
+    assert not worker.notified(0.3)
+    worker.go_idle()
+    one(worker.conn, "SELECT alk.stop_waiting('q', 'idle')")
+    enqueue(db)
+    assert not worker.notified(0.3)
+
+
+def test_an_enqueue_after_the_advert_notifies_at_commit(db, connect):
+    worker = IdleWorker(connect())
+    worker.go_idle()
+    assert worker.claim() == []
+    with db.transaction():
+        job_id = enqueue(db)
+        assert not worker.notified(0.2)  # not before commit
+    assert worker.notified(5)
+    assert worker.claim() == [job_id]
+
+
+@pytest.mark.parametrize("isolation", ["read committed", "repeatable read"])
+def test_an_enqueue_straddling_the_advert_is_in_the_fence(connect, isolation):
+    """The enqueue inserts before the advert commits and commits after the
+    worker's claim: it saw no advert, so it does not notify, but it is in the
+    worker's fence, and the claim after the fence passes finds its job."""
+    worker = IdleWorker(connect())
+    enqueuer = connect(autocommit=False)
+    enqueuer.execute(f"SET TRANSACTION ISOLATION LEVEL {isolation}")
+    job_id = enqueue(enqueuer)  # in flight, advert not yet there
+    xid = one(enqueuer, "SELECT pg_current_xact_id()::text::bigint")
+    fence = worker.go_idle()
+    assert xid in fence
+    assert worker.claim() == []
+    assert one(worker.conn, "SELECT alk.wake_fence(%s::bigint[])", fence) != []  # still in flight
+    enqueuer.commit()
+    assert xid not in one(worker.conn, "SELECT alk.wake_fence(%s::bigint[])", fence)
+    assert worker.claim() == [job_id]
+
+
+def test_a_repeatable_read_enqueue_whose_snapshot_predates_the_advert_notifies(connect):
+    """Its snapshot is older than the advert, its insert newer than the fence:
+    only a notification can reach the worker, so it always sends one."""
+    worker = IdleWorker(connect())
+    enqueuer = connect(autocommit=False)
+    enqueuer.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+    enqueuer.execute("SELECT 1")  # the transaction snapshot, before the advert
+    fence = worker.go_idle()
+    job_id = enqueue(enqueuer)
+    enqueuer.commit()
+    assert worker.notified(5)
+    assert worker.claim() == [job_id]
+    assert fence == [] or isinstance(fence, list)
+
+
+def test_no_wake_up_is_lost_under_concurrent_enqueues(connect):
+    """Enqueuers commit at random moments around a worker that keeps going
+    idle; the worker only claims after a notification or when its fence
+    shrinks, never on a blind poll, and still gets every job."""
+    import random
+    import threading
+    import time
+
+    total = 300
+    worker = IdleWorker(connect())
+    enqueuers = [connect(autocommit=False) for _ in range(4)]
+
+    def produce(conn: psycopg.Connection, seed: int) -> None:
+        rng = random.Random(seed)
+        for _ in range(total // len(enqueuers)):
+            enqueue(conn)
+            time.sleep(rng.random() * 0.004)
+            conn.commit()
+            time.sleep(rng.random() * 0.004)
+
+    threads = [threading.Thread(target=produce, args=(c, i)) for i, c in enumerate(enqueuers)]
+    for t in threads:
+        t.start()
+    got: list[int] = []
+    deadline = time.monotonic() + 60
+    got += worker.claim()
+    while len(got) < total and time.monotonic() < deadline:
+        fence = worker.go_idle()
+        claimed = worker.claim()
+        while not claimed and time.monotonic() < deadline:
+            if worker.notified(0.005):
+                claimed = worker.claim()
+                continue
+            smaller = one(worker.conn, "SELECT alk.wake_fence(%s::bigint[])", fence)
+            if len(smaller) < len(fence):
+                claimed = worker.claim()
+            fence = smaller
+            if not fence and not claimed and all(not t.is_alive() for t in threads):
+                claimed = worker.claim()
+                if not claimed:
+                    break  # everything committed was claimed: nothing can be missing
+        one(worker.conn, "SELECT alk.stop_waiting('q', 'idle')")
+        got += claimed
+        if all(not t.is_alive() for t in threads) and not claimed and len(got) < total:
+            break
+    for t in threads:
+        t.join()
+    assert len(got) == total and len(set(got)) == total

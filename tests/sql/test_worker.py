@@ -84,6 +84,9 @@ class Listener:
         self.names = {channel_of(q): q for q in (*queues, "sentinel")}
         for channel in self.names:
             conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+        # Enqueues notify only workers that wait idle (alk.wait_for_jobs).
+        for queue in self.names.values():
+            conn.execute("SELECT alk.wait_for_jobs(%s, 'listener')", [queue])
 
     def heard(self, writer: psycopg.Connection) -> list[tuple[str, str]]:
         """(queue, payload) of every notification committed before now."""
@@ -268,11 +271,11 @@ def test_queue_stats_counts_every_state_per_queue(clocked):
 
     assert stats(clocked) == [
         {"queue": "a", "pending": 4, "ready": 2, "scheduled": 2, "processing": 0, "lapsed": 0, "dead": 0,
-         "oldest_ready_age_s": 32, "next_run_at": NOW + 20},
+         "oldest_ready_age_s": 32, "next_run_at": NOW + 20, "paused": False},
         {"queue": "alk:outbox:billing", "pending": 1, "ready": 1, "scheduled": 0, "processing": 0, "lapsed": 0,
-         "dead": 0, "oldest_ready_age_s": 2, "next_run_at": None},
+         "dead": 0, "oldest_ready_age_s": 2, "next_run_at": None, "paused": False},
         {"queue": "b", "pending": 0, "ready": 0, "scheduled": 0, "processing": 2, "lapsed": 1, "dead": 1,
-         "oldest_ready_age_s": None, "next_run_at": None},
+         "oldest_ready_age_s": None, "next_run_at": None, "paused": False},
     ]
 
 
@@ -281,7 +284,7 @@ def test_queue_stats_of_one_queue_includes_an_empty_one(clocked):
     assert [row["queue"] for row in stats(clocked, "a")] == ["a"]
     assert stats(clocked, "nothing") == [
         {"queue": "nothing", "pending": 0, "ready": 0, "scheduled": 0, "processing": 0, "lapsed": 0, "dead": 0,
-         "oldest_ready_age_s": None, "next_run_at": None}]
+         "oldest_ready_age_s": None, "next_run_at": None, "paused": False}]
     assert stats(clocked, "alk:outbox:billing")[0]["pending"] == 0  # reading a reserved queue is allowed
 
 
@@ -355,8 +358,10 @@ def test_requeue_dead_gives_every_dead_job_a_fresh_life(clocked, listen):
     assert listener.heard(clocked) == [("q", "")]
     for job_id in ids:
         job = rows(clocked, "SELECT * FROM alk.get_job('q', %s)", job_id)[0]
-        assert (job["state"], job["attempts"], job["run_at"], job["worker_id"], job["claimed_at"],
-                job["claim_expires_at"], job["last_error"], job["died_at"]) == (
+        # Every spent attempt refunded; attempts (the fencing token) stays.
+        assert job["attempts"] >= 1 and job["attempts_refunded"] == job["attempts"]
+        assert (job["state"], job["attempts"] - job["attempts_refunded"], job["run_at"], job["worker_id"],
+                job["claimed_at"], job["claim_expires_at"], job["last_error"], job["died_at"]) == (
             "pending", 0, NOW + 100, None, None, None, None, None)
         assert (job["priority"], job["max_attempts"], job["visibility_timeout_s"], job["created_at"]) == (
             4, 7, 9, NOW)
