@@ -74,9 +74,11 @@ class AsyncSettlementBatcher:
         self._first_at = 0.0  # time.monotonic() of the oldest pending outcome
         self._ready = AsyncEvent()  # outcomes to flush, or closed
         self._deadline: float | None = None  # set by close()
+        self._sending = 0  # outcomes in the flush under way
 
     def __len__(self) -> int:
-        return len(self._pending)
+        """Outcomes not yet settled: pending, or in a flush under way."""
+        return len(self._pending) + self._sending
 
     def add(self, outcome: Outcome) -> None:
         """Queue one outcome for the next flush (safe from any thread)."""
@@ -88,10 +90,13 @@ class AsyncSettlementBatcher:
         if wake:
             self._ready.set()
 
-    def take(self, limit: int | None = None) -> list[Outcome]:
-        """Remove and return up to ``limit`` (default: a batch) pending outcomes, oldest first."""
+    def take(self, limit: int | None = None, *, sending: bool = False) -> list[Outcome]:
+        """Remove and return up to ``limit`` (default: a batch) pending outcomes,
+        oldest first (``sending``: the flush loop's, counted until settled)."""
         limit = self._batch_max if limit is None else limit
         with self._lock:
+            if sending:
+                self._sending = min(len(self._pending), limit)
             if len(self._pending) <= limit:
                 batch, self._pending = self._pending, []
             else:
@@ -132,14 +137,16 @@ class AsyncSettlementBatcher:
                 self._ready.clear()
                 await self._ready.wait(wait)
                 continue
-            batch = self.take()
+            batch = self.take(sending=True)
             if not batch:
                 continue
-            states = await self._flush(batch, backoff)
-            if states is None:
-                continue
-            backoff.reset()
-            self.on_settled(batch, states)
+            try:
+                states = await self._flush(batch, backoff)
+                if states is not None:
+                    backoff.reset()
+                    self.on_settled(batch, states)
+            finally:
+                self._sending = 0
 
     async def _flush(self, batch: list[Outcome], backoff: Backoff) -> Sequence[Settled] | None:
         """Settle one batch; the states, None when it was given up."""

@@ -423,6 +423,13 @@ class Worker:
                         logger.info("burst: nothing left to claim", extra=self._fields())
                         return
                     timeout = self.poll_interval if delay is None else min(delay, self.poll_interval)
+            else:
+                # No claim this round: clear, then look again, so a runner's
+                # wake-up from here on is not lost (and a set event never spins).
+                self._wake.clear()
+                self._expire_head()
+                if self._unstarted or (self._wanted() > 0 and (not self._drained or not self._buffer)):
+                    continue
             timeout = min(timeout, self._until_head_expires())
             if fence:
                 fence = self._wait_behind_fence(fence, timeout)

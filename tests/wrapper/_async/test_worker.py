@@ -98,12 +98,15 @@ async def test_worker_arguments_are_checked(alk):
         pass
 
     for bad in ({"concurrency": 0}, {"concurrency": True}, {"batch_size": 0}, {"poll_interval": 0},
-                {"grace_period": -1}):
+                {"grace_period": -1}, {"prefetch": -1}, {"prefetch": True}, {"buffer_lifetime": -1},
+                {"settle_interval": -0.1}):
         with pytest.raises(ValueError):
             AsyncWorker(alk, "q", handler, **bad)
     worker = alk.worker("q", handler, concurrency=3)
     assert isinstance(worker, AsyncWorker)
-    assert (worker.concurrency, worker.batch_size, worker.running, worker.in_flight) == (3, 3, False, 0)
+    # The fast settings are the defaults: 500 claimed ahead, claims of up to 500.
+    assert (worker.concurrency, worker.prefetch, worker.batch_size, worker.running, worker.in_flight) == (
+        3, 500, 500, False, 0)
     assert "q" in repr(worker)
 
 
