@@ -414,6 +414,13 @@ def _worker_display(worker: Worker | AsyncWorker, args: argparse.Namespace) -> I
         yield
 
 
+def _no_free_slot(error: psycopg.OperationalError) -> bool:
+    """Whether a connection failed for want of a slot (SQLSTATE 53300); a
+    failed connect often carries the message only."""
+    text = str(error)
+    return error.sqlstate == "53300" or "too many clients" in text or "remaining connection slots" in text
+
+
 def cmd_worker(args: argparse.Namespace, console: Console) -> None:
     handler = _worker_handler(_import(args.target, "the handler"), args)
     fail_on: list[type[BaseException]] = [PermanentError]
@@ -423,7 +430,14 @@ def cmd_worker(args: argparse.Namespace, console: Console) -> None:
             raise CliError(f"--fail-on {spec} is not an exception class")
         fail_on.append(error_class)
     dsn = _database(args)
-    _check_before_working(dsn, args.queue)
+    try:
+        _check_before_working(dsn, args.queue)
+    except psycopg.OperationalError as error:
+        if not _no_free_slot(error):
+            raise
+        # Reachable but full (53300): like after a restart, the worker waits for a slot.
+        print("warning: every connection slot of the server is taken (too many clients); the worker retries "
+              "with back-off until one frees", file=sys.stderr, flush=True)
     options: dict[str, Any] = {
         "concurrency": args.concurrency, "worker_id": args.worker_id, "fail_on": tuple(fail_on),
         "batch_size": args.batch_size, "poll_interval": args.poll_interval, "grace_period": args.grace,

@@ -52,6 +52,7 @@ def queue_stats_from_row(row: tuple[Any, ...]) -> QueueStats:
 class WorkerCounts:
     """What a worker has done since it started (read it any time)."""
 
+    #: Jobs handed to the handler (claimed jobs still buffered are not counted).
     claimed: int = 0
     acked: int = 0
     retried: int = 0
@@ -61,6 +62,8 @@ class WorkerCounts:
     lost: int = 0
     #: Jobs left to lease expiry at shutdown (their handlers outlived the grace period).
     abandoned: int = 0
+    #: Claimed jobs that never started, given back unspent (alk.release_jobs).
+    released: int = 0
 
     @property
     def finished(self) -> int:

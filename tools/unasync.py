@@ -68,6 +68,7 @@ NAMES: dict[str, str] = {
     "AsyncOutbox": "Outbox",
     "AsyncPool": "Pool",
     "AsyncQueue": "Queue",
+    "AsyncReconnectingPool": "ReconnectingPool",
     "AsyncRuntime": "Runtime",
     "AsyncSignals": "Signals",
     "AsyncStopToken": "StopToken",

@@ -22,6 +22,7 @@ from psycopg.pq import TransactionStatus
 from psycopg_pool import AsyncConnectionPool
 
 from pyalk import compat
+from pyalk._async.pool import AsyncReconnectingPool
 from pyalk.errors import ClaimInTransaction, translate
 
 if TYPE_CHECKING:
@@ -59,7 +60,8 @@ class AsyncExecutor:
         #: Set once the installed schema passed :func:`pyalk.compat.check`.
         self._schema_checked = False
         if isinstance(source, str):
-            self._pool = AsyncConnectionPool(
+            # Checked at checkout and quick to reconnect: see pool.py.
+            self._pool = AsyncReconnectingPool(
                 source,
                 min_size=1,
                 max_size=max_connections,

@@ -9,7 +9,7 @@ the SQL; this module only encodes arguments and decodes rows.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from pyalk import _codec
@@ -37,15 +37,6 @@ _ENQUEUE_BATCH = (
     "SELECT * FROM alk.enqueue_batch(queue => %(queue)s, payloads => %(payloads)s::jsonb[],"
     " dedup_keys => %(dedup_keys)s::text[]," + ENQUEUE_OPTIONS + ")"
 )
-_SETTLE_ARRAYS = (
-    "%(job_ids)s::bigint[], %(attempts)s::bigint[], %(outcomes)s::text[], %(errs)s::text[], %(delays)s::bigint[]"
-)
-_SETTLE_AND_CLAIM = (
-    "SELECT kind, " + JOB_COLUMNS + " FROM alk.settle_and_claim(%(queue)s, %(worker_id)s, %(n)s::bigint, "
-    + _SETTLE_ARRAYS + ")"
-)
-_SETTLE = "SELECT job_id, attempt, state FROM alk.settle(" + _SETTLE_ARRAYS.replace(
-    "%(attempts)s", "%(worker_id)s, %(attempts)s", 1) + ", %(queue)s)"
 _CLAIM = "SELECT " + JOB_COLUMNS + " FROM alk.claim(%(queue)s, %(worker_id)s, %(n)s::bigint)"
 _GET_JOB = "SELECT " + JOB_COLUMNS + " FROM alk.get_job(%(queue)s, %(job_id)s::bigint)"
 _QUEUE_STATS = "SELECT " + QUEUE_STATS_COLUMNS + " FROM alk.queue_stats(%(queue)s)"
@@ -59,6 +50,15 @@ _LIST_JOBS = (
     "SELECT " + JOB_COLUMNS + " FROM alk.list_jobs(%(queue)s, %(state)s, %(n)s::bigint, %(after_id)s::bigint)"
 )
 _REQUEUE_DEAD = "SELECT alk.requeue_dead(%(queue)s, %(job_ids)s::bigint[])"
+_SETTLE_AND_CLAIM = (
+    "SELECT kind, " + JOB_COLUMNS + " FROM alk.settle_and_claim(%(queue)s, %(worker_id)s, %(n)s::bigint,"
+    " %(job_ids)s::bigint[], %(attempts)s::bigint[], %(outcomes)s::text[], %(errs)s::text[])"
+)
+_SETTLE = (
+    "SELECT state FROM alk.settle(%(job_ids)s::bigint[], %(worker_id)s, %(attempts)s::bigint[],"
+    " %(outcomes)s::text[], %(errs)s::text[], NULL::bigint[], %(queue)s)"
+)
+_RELEASE = "SELECT alk.release_jobs(%(job_ids)s::bigint[], %(worker_id)s, %(attempts)s::bigint[], %(queue)s)"
 #: Also run by a worker on its own LISTEN connection.
 QUEUE_CHANNEL = "SELECT alk.queue_channel(%(queue)s)"
 
@@ -192,56 +192,58 @@ class AsyncQueue:
             )
         )
 
-    async def release(self, worker_id: str, jobs: Iterable[Job | AsyncJobHandle]) -> int:
-        """Give claimed jobs that never started back at once, without spending
-        an attempt (their tokens stay invalid); how many were released."""
-        held = [item.job if isinstance(item, AsyncJobHandle) else item for item in jobs]
-        params = {
-            "job_ids": [job.id for job in held],
-            "worker_id": _codec.text(worker_id, "worker_id"),
-            "attempts": [job.attempts for job in held],
+    def _outcome_params(
+        self, worker_id: str, outcomes: Sequence[tuple[Job, str, str | None]]
+    ) -> dict[str, Any]:
+        return {
             "queue": self.name,
+            "worker_id": _codec.text(worker_id, "worker_id"),
+            "job_ids": [job.id for job, _, _ in outcomes],
+            "attempts": [job.attempts for job, _, _ in outcomes],
+            "outcomes": [kind for _, kind, _ in outcomes],
+            "errs": [err for _, _, err in outcomes],
         }
-        return int(
-            await self.executor.value(
-                "SELECT alk.release_jobs(%(job_ids)s::bigint[], %(worker_id)s, %(attempts)s::bigint[], %(queue)s)",
-                params,
-            )
-        )
 
-    def _settle_params(self, worker_id: str, settlements: Iterable[Settlement]) -> dict[str, Any]:
-        ids: list[int] = []
-        attempts: list[int] = []
-        outcomes: list[str] = []
-        errs: list[str | None] = []
-        delays: list[int | None] = []
-        for item, outcome, err, delay in settlements:
-            job = item.job if isinstance(item, AsyncJobHandle) else item
-            ids.append(job.id)
-            attempts.append(job.attempts)
-            outcomes.append(_codec.text(outcome, "outcome"))
-            errs.append(None if err is None else _codec.text(err, "err"))
-            delays.append(_codec.bigint(delay, "delay"))
-        return {"queue": self.name, "worker_id": _codec.text(worker_id, "worker_id"), "job_ids": ids,
-                "attempts": attempts, "outcomes": outcomes, "errs": errs, "delays": delays}
-
-    async def settle(self, worker_id: str, settlements: Iterable[Settlement]) -> list[str | None]:
-        """Settle many claimed jobs in one round trip; per job, in order, the
-        state it led to ('acked', 'pending', 'dead') or None when refused."""
-        rows = await self.executor.rows(_SETTLE, self._settle_params(worker_id, settlements))
-        return [row[2] for row in rows]
+    async def settle(self, worker_id: str, outcomes: Sequence[tuple[Job, str, str | None]]) -> list[str | None]:
+        """``alk.settle``: record many claimed jobs' outcomes (``(job, 'ack' |
+        'retry' | 'fail', error text)``) in one round trip; per outcome, the
+        state it led to ('acked', 'pending', 'dead'), None when the claim was
+        no longer valid."""
+        if not outcomes:
+            return []
+        rows = await self.executor.rows(_SETTLE, self._outcome_params(worker_id, outcomes))
+        return [row[0] for row in rows]
 
     async def settle_and_claim(
-        self, worker_id: str, settlements: Iterable[Settlement], n: int
+        self, worker_id: str, n: int, outcomes: Sequence[tuple[Job, str, str | None]] = ()
     ) -> tuple[list[str | None], list[AsyncJobHandle]]:
-        """Settle a batch, then claim up to ``n``: one call, one transaction.
-        Returns the settled states (as :meth:`settle`) and the claimed jobs."""
-        params = self._settle_params(worker_id, settlements)
+        """``alk.settle_and_claim``: settle ``outcomes`` as :meth:`settle`
+        does, then claim up to ``n``, in one call and one transaction; the
+        settled states and the claimed jobs."""
+        params = self._outcome_params(worker_id, outcomes)
         params["n"] = _codec.bigint(n, "n")
-        rows = await self.executor.rows(_SETTLE_AND_CLAIM, params)
-        states = [row[3] for row in rows if row[0] == "settled"]  # kind, id, queue, state, ...
-        claimed = [AsyncJobHandle(self.executor, job_from_row(row[1:])) for row in rows if row[0] == "claimed"]
-        return states, claimed
+        states: list[str | None] = []
+        handles: list[AsyncJobHandle] = []
+        executor = self.executor
+        for row in await executor.rows(_SETTLE_AND_CLAIM, params):
+            if row[0] == "claimed":
+                handles.append(AsyncJobHandle(executor, Job(*row[1:])))
+            else:
+                states.append(row[3])  # the state column of the job's shape
+        return states, handles
+
+    async def release_jobs(self, worker_id: str, jobs: Sequence[Job]) -> int:
+        """``alk.release_jobs``: claimed jobs that never started go back to
+        pending at once, their attempt refunded; how many were still held."""
+        if not jobs:
+            return 0
+        params = {
+            "queue": self.name,
+            "worker_id": _codec.text(worker_id, "worker_id"),
+            "job_ids": [job.id for job in jobs],
+            "attempts": [job.attempts for job in jobs],
+        }
+        return int(await self.executor.value(_RELEASE, params))
 
     async def pause(self) -> bool:
         """Pause claims on this queue; True when it was not paused."""
@@ -252,20 +254,21 @@ class AsyncQueue:
         return bool(await self.executor.value("SELECT alk.resume_queue(%(queue)s)", {"queue": self.name}))
 
     async def wait_for_jobs(self, worker_id: str) -> str:
-        """Advertise ``worker_id`` as idle (call after LISTEN, in autocommit);
-        returns the channel. See docs/queue.md, "Idle workers"."""
+        """``alk.wait_for_jobs``: advertise ``worker_id`` as idle on this
+        queue, so enqueues notify its channel (returned)."""
         params = {"queue": self.name, "worker_id": _codec.text(worker_id, "worker_id")}
         return str(await self.executor.value("SELECT alk.wait_for_jobs(%(queue)s, %(worker_id)s)", params))
 
-    async def wake_fence(self, fence: list[int] | None = None) -> list[int]:
-        """The transactions in progress now (``fence`` None), or those of
-        ``fence`` still in progress: claim again whenever it shrinks."""
-        return list(await self.executor.value("SELECT alk.wake_fence(%(fence)s::bigint[])", {"fence": fence}))
-
     async def stop_waiting(self, worker_id: str) -> bool:
-        """Withdraw the idle advert; True if there was one."""
+        """``alk.stop_waiting``: withdraw the idle advert."""
         params = {"queue": self.name, "worker_id": _codec.text(worker_id, "worker_id")}
         return bool(await self.executor.value("SELECT alk.stop_waiting(%(queue)s, %(worker_id)s)", params))
+
+    async def wake_fence(self, in_progress: list[int] | None = None) -> list[int]:
+        """``alk.wake_fence``: the transactions in progress now (``None``), or
+        those of ``in_progress`` not yet ended."""
+        value = await self.executor.value("SELECT alk.wake_fence(%(fence)s::bigint[])", {"fence": in_progress})
+        return list(value or [])
 
     async def cancel(self, job_id: int) -> bool:
         """Delete a pending or processing job; True if one went."""
@@ -388,7 +391,3 @@ class AsyncJobHandle:
                 params,
             )
         )
-
-#: One settlement for :meth:`AsyncQueue.settle`: (job, outcome, err, delay);
-#: outcome is 'ack', 'retry' or 'fail'.
-Settlement = tuple[Job | AsyncJobHandle, str, str | None, int | None]

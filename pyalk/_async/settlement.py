@@ -1,12 +1,13 @@
-"""The worker's settlement batcher: finished jobs' outcomes are collected and
-settled in batches, a flush taking everything that finished while the
-previous one was in flight.
+"""The worker's settlement batcher: every finished job's outcome (ack, retry,
+fail) is collected and settled in batches, flushed when ``batch_max`` are
+pending or ``interval`` seconds after the first of them, a flush taking
+everything that finished while the previous one was in flight. A claim takes
+what is pending (:meth:`AsyncSettlementBatcher.take`) and carries it with it
+in the same call (alk.settle_and_claim); on failure it gives it back.
 
-Today only acks come through here (``alk.ack_batch``; a failed handler is
-retried or failed at once, see the worker). An :class:`Outcome` already
-carries its kind and error text so one batch can later hold acks, retries and
-fails, and :meth:`AsyncSettlementBatcher.take` lets a claim carry the pending
-outcomes with it instead of the flush loop.
+The SQL decides what each outcome leads to (a retry with its attempts spent
+is dead) and says so: ``settle`` returns one state per outcome, which is all
+the worker counts and logs.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -35,52 +36,81 @@ class Outcome:
     handle: AsyncJobHandle
     kind: Literal["ack", "retry", "fail"] = "ack"
     error: str | None = None  # the error text of a retry or fail
+    exception: BaseException | None = None  # what the handler raised (for the log)
+    duration: float = 0.0  # the handler's seconds
 
+
+#: What settling an outcome led to, as the SQL reports it: 'acked',
+#: 'pending' (retried), 'dead', or None (the claim was no longer valid).
+Settled = str | None
 
 
 class AsyncSettlementBatcher:
     """Collects outcomes (:meth:`add`) and settles them in batches of at most
-    ``batch_max`` with ``settle`` (which returns how many the database
-    accepted: the rest had lost their claim). ``on_settled(accepted, refused)``
-    is told the result of every batch. A transient database error is retried
-    with backoff; after :meth:`close`, only until its deadline.
+    ``batch_max`` with ``settle`` (which returns one :data:`Settled` per
+    outcome). ``on_settled(batch, states)`` is told the result of every batch,
+    whoever sent it. A transient database error is retried with backoff;
+    after :meth:`close`, only until its deadline.
     """
 
     def __init__(
         self,
-        settle: Callable[[list[Outcome]], Awaitable[int]],
-        on_settled: Callable[[int, int], None],
+        settle: Callable[[list[Outcome]], Awaitable[Sequence[Settled]]],
+        on_settled: Callable[[Sequence[Outcome], Sequence[Settled]], None],
         *,
         logger: logging.Logger,
         extra: dict[str, Any],
         batch_max: int = BATCH_MAX,
+        interval: float = 0.0,
     ) -> None:
         self._settle = settle
-        self._on_settled = on_settled
+        self.on_settled = on_settled
         self._logger = logger
         self._extra = extra
         self._batch_max = batch_max
+        self._interval = interval
         self._lock = threading.Lock()
         self._pending: list[Outcome] = []
+        self._first_at = 0.0  # time.monotonic() of the oldest pending outcome
         self._ready = AsyncEvent()  # outcomes to flush, or closed
         self._deadline: float | None = None  # set by close()
+        self._sending = 0  # outcomes in the flush under way
 
     def __len__(self) -> int:
-        return len(self._pending)
+        """Outcomes not yet settled: pending, or in a flush under way."""
+        return len(self._pending) + self._sending
 
     def add(self, outcome: Outcome) -> None:
         """Queue one outcome for the next flush (safe from any thread)."""
         with self._lock:
+            if not self._pending:
+                self._first_at = time.monotonic()
             self._pending.append(outcome)
-        self._ready.set()
+            wake = len(self._pending) == 1 or len(self._pending) >= self._batch_max
+        if wake:
+            self._ready.set()
 
-    def take(self, limit: int | None = None) -> list[Outcome]:
-        """Remove and return up to ``limit`` (default: a batch) pending outcomes, oldest first."""
+    def take(self, limit: int | None = None, *, sending: bool = False) -> list[Outcome]:
+        """Remove and return up to ``limit`` (default: a batch) pending outcomes,
+        oldest first (``sending``: the flush loop's, counted until settled)."""
         limit = self._batch_max if limit is None else limit
         with self._lock:
-            batch = self._pending[:limit]
-            del self._pending[:limit]
+            if sending:
+                self._sending = min(len(self._pending), limit)
+            if len(self._pending) <= limit:
+                batch, self._pending = self._pending, []
+            else:
+                batch = self._pending[:limit]
+                del self._pending[:limit]
         return batch
+
+    def give_back(self, batch: list[Outcome]) -> None:
+        """Put back outcomes a failed call took (ahead of newer ones)."""
+        if batch:
+            with self._lock:
+                self._pending[:0] = batch
+                self._first_at = 0.0
+            self._ready.set()
 
     def close(self, within: float) -> None:
         """Flush what is pending, then end :meth:`run`; a database that stays
@@ -94,38 +124,45 @@ class AsyncSettlementBatcher:
         await self._ready.wait(0)  # binds the event to this loop (a no-op for threads)
         backoff = Backoff(0.05, 2.0)
         while True:
-            batch = self.take()
-            if not batch:
+            if not self._pending:
                 if self._deadline is not None:
                     return
-                await self._ready.wait(None)
                 self._ready.clear()
+                if not self._pending and self._deadline is None:
+                    await self._ready.wait(None)
                 continue
-            accepted = await self._flush(batch, backoff)
-            if accepted is None:
+            # Size or timer: wait out the rest of the interval unless a batch is full or we are closing.
+            wait = self._first_at + self._interval - time.monotonic()
+            if wait > 0 and len(self._pending) < self._batch_max and self._deadline is None:
+                self._ready.clear()
+                await self._ready.wait(wait)
                 continue
-            backoff.reset()
-            refused = len(batch) - accepted
-            self._on_settled(accepted, refused)
-            if refused:
-                self._logger.warning("%d of %d acks refused: those claims were no longer valid (lease lapsed)",
-                                     refused, len(batch), extra=self._extra)
+            batch = self.take(sending=True)
+            if not batch:
+                continue
+            try:
+                states = await self._flush(batch, backoff)
+                if states is not None:
+                    backoff.reset()
+                    self.on_settled(batch, states)
+            finally:
+                self._sending = 0
 
-    async def _flush(self, batch: list[Outcome], backoff: Backoff) -> int | None:
-        """Settle one batch; how many were accepted, None when it was given up."""
+    async def _flush(self, batch: list[Outcome], backoff: Backoff) -> Sequence[Settled] | None:
+        """Settle one batch; the states, None when it was given up."""
         while True:
             try:
                 return await self._settle(batch)
             except TRANSIENT_ERRORS as error:
                 if time.monotonic() >= (math.inf if self._deadline is None else self._deadline):
-                    self._logger.error("could not ack %d finished jobs (%s); they run again after their lease",
+                    self._logger.error("could not settle %d finished jobs (%s); they run again after their lease",
                                        len(batch), one_line(error), extra=self._extra)
                     return None
                 pause = backoff.next()
-                self._logger.warning("ack failed (%s); trying again in %.1fs", one_line(error), pause,
+                self._logger.warning("settling failed (%s); trying again in %.1fs", one_line(error), pause,
                                      extra=self._extra)
                 await AsyncRuntime.sleep(pause)
             except Exception:
-                self._logger.exception("ack_batch failed; %d jobs run again after their lease", len(batch),
+                self._logger.exception("settling failed; %d jobs run again after their lease", len(batch),
                                        extra=self._extra)
                 return None

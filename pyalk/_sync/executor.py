@@ -24,6 +24,7 @@ from psycopg.pq import TransactionStatus
 from psycopg_pool import ConnectionPool
 
 from pyalk import compat
+from pyalk._sync.pool import ReconnectingPool
 from pyalk.errors import ClaimInTransaction, translate
 
 if TYPE_CHECKING:
@@ -61,7 +62,8 @@ class Executor:
         #: Set once the installed schema passed :func:`pyalk.compat.check`.
         self._schema_checked = False
         if isinstance(source, str):
-            self._pool = ConnectionPool(
+            # Checked at checkout and quick to reconnect: see pool.py.
+            self._pool = ReconnectingPool(
                 source,
                 min_size=1,
                 max_size=max_connections,

@@ -17,7 +17,6 @@ from pyalk import _codec
 from pyalk._sync.queue import ENQUEUE_OPTIONS, JobHandle, enqueue_params
 from pyalk.job import JOB_COLUMNS, Job, job_from_row
 from pyalk.options import QueueOpts
-from pyalk.worker_types import error_text
 
 if TYPE_CHECKING:
     from psycopg import Connection
@@ -38,12 +37,18 @@ _ENQUEUE_BATCH = (
 )
 _CLAIM = "SELECT " + JOB_COLUMNS + " FROM alk.outbox_claim(%(outbox)s, %(worker_id)s, %(n)s::bigint)"
 _GET_JOB = (
-    "SELECT " + JOB_COLUMNS + " FROM alk.outbox_get_job(%(outbox)s, %(job_id)s::bigint)"
+    "SELECT " + JOB_COLUMNS + " FROM alk.outbox_get_job(%(outbox)s, %(job_id)s::bigint) WHERE id IS NOT NULL"
 )
 
 #: What a delivery callable receives: the claimed message, whose ``payload``
 #: is the enqueued value and whose ``heartbeat`` extends a long delivery.
 Delivery = Callable[[JobHandle], None]
+
+
+def _error_text(error: BaseException) -> str:
+    """The ``err`` a failed delivery records: ``str(error)``, or the class name
+    when that is empty; NUL (which text cannot hold) shown as ``\\0``."""
+    return (str(error) or type(error).__name__).replace("\x00", "\\0")
 
 
 class Outbox:
@@ -79,8 +84,7 @@ class Outbox:
 
         Pass ``conn`` (a psycopg connection inside your transaction) so the
         message commits or rolls back with your own writes; pyalk never
-        commits or rolls back a connection it was given. ``dedup_key``: while
-        an undelivered message holds it, nothing is written and its id returned.
+        commits or rolls back a connection it was given.
         """
         params = enqueue_params(self.name, self.opts, delay, run_at, priority, max_attempts, expires)
         params["payload"] = _codec.payload(payload)
@@ -133,7 +137,7 @@ class Outbox:
 
         ``delivery(message)`` returning means delivered: the message is
         acked. Raising an :class:`Exception` means not delivered: the message
-        is retried with ``Type: message`` (:func:`pyalk.worker_types.error_text`) on the row's backoff curve
+        is retried with ``str(error)`` on the row's backoff curve
         (``backoff_base_s * 2^(attempts-1)``), and dead once its attempts are
         spent. Either way run_once returns True.
 
@@ -148,7 +152,7 @@ class Outbox:
         try:
             delivery(message)
         except Exception as error:
-            settled = message.retry(error_text(error))
+            settled = message.retry(_error_text(error))
             outcome = "retry"
         else:
             settled = message.ack()

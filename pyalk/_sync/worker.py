@@ -3,35 +3,46 @@
 the outcome. (The queue functions it calls are bound in queue.py.)
 
 Every queue rule (claim order, leases, fencing, backoff, burial) is the SQL's
-(sql/versions/0002_queue.sql, 0007_worker.sql); the worker only decides when
-to call it:
+(sql/queue.sql); the worker only decides when to call it:
 
-* it claims in batches sized to its free capacity (never prefetching beyond
-  it: a claimed job's lease is already running);
-* it wakes on NOTIFY (a dedicated LISTEN connection), on a fallback poll, or
-  when ``alk.next_claim_at`` says the next job becomes claimable;
-* it heartbeats each running job every half visibility timeout;
-* it acks successes in batches (``alk.ack_batch`` with each claim's fencing
-  token; a flush takes everything that finished while the previous one was in
-  flight), retries failures on the row's backoff curve with the exception
-  text, and fails the job for good on a ``fail_on`` exception;
-* on stop (``stop()``, SIGINT, SIGTERM) it stops claiming, gives running
-  handlers ``grace_period`` seconds, flushes its acks and leaves whatever is
-  still running to lease expiry;
+* it claims ahead into a local buffer (``prefetch``, default 500 jobs, sized
+  by the rate it starts jobs at), so one round trip feeds many handlers even
+  at concurrency 1; ``concurrency`` runners (tasks, or threads) take jobs from
+  the buffer one after the other, with no hand-off per job;
+* a buffered job starts only while its lease surely holds: before half its
+  visibility timeout (less a second for the whole-second clock) has passed
+  since the claim was sent, or ``buffer_lifetime``; a job that waited longer,
+  and every buffered job at a stop, goes back to pending at once without
+  spending an attempt (``alk.release_jobs``);
+* every outcome (ack, retry, fail) is settled in batches (flushed at
+  ``settle_interval`` or when a batch is full) and carried with the next
+  claim in one call (``alk.settle_and_claim``); the SQL reports what each
+  led to (acked, pending again, dead), which is all the worker counts;
+* when a claim comes back short it advertises itself idle
+  (``alk.wait_for_jobs``, after LISTEN) so enqueues notify it, claims once
+  more behind the advert's fence (``alk.wake_fence``), waits for NOTIFY, a
+  fallback poll or ``alk.next_claim_at``, and withdraws the advert once busy
+  again (``alk.stop_waiting``); a busy worker is never notified;
+* it heartbeats each running job every half visibility timeout, counted from
+  its claim;
+* on stop (``stop()``, SIGINT, SIGTERM) it stops claiming, releases what it
+  buffered, gives running handlers ``grace_period`` seconds, flushes their
+  outcomes and leaves whatever is still running to lease expiry;
 * it treats a lost connection (server restart, terminated backend) as
   transient: it reconnects and carries on. A job whose outcome could not be
   recorded runs again after its lease: at least once, never lost.
 
 The worker's lifecycle is the state table in pyalk/worker_state.py; its
-parts each have one job: SettlementBatcher (settlement.py) flushes
-finished outcomes, Heartbeater (heartbeat.py) renews leases,
-Listener (listener.py) keeps the LISTEN connection. The threaded form
+parts each have one job: SettlementBatcher (settlement.py) batches
+outcomes, Heartbeater (heartbeat.py) renews leases, Listener
+(listener.py) keeps the LISTEN connection. The threaded form
 (pyalk/_sync/worker.py) is generated from this file; the primitives that
 differ (tasks vs threads, signals) are in pyalk/worker_runtime.py.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
@@ -39,18 +50,19 @@ import secrets
 import socket
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections import deque
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from pyalk import _codec
 from pyalk._sync.heartbeat import Heartbeater, Running
 from pyalk._sync.listener import Listener
 from pyalk._sync.queue import JobHandle, Queue
-from pyalk._sync.settlement import SettlementBatcher, Outcome
+from pyalk._sync.settlement import SettlementBatcher, Outcome, Settled
 from pyalk.backoff import Backoff
 from pyalk.job import Job
 from pyalk.worker_runtime import Event, Pool, Runtime, Signals, Task
-from pyalk.worker_state import ABANDONED, ACTIVE, CUT_OFF, STOPPING, IllegalTransition, Lifecycle, WorkerState
+from pyalk.worker_state import ABANDONED, ACTIVE, STOPPING, IllegalTransition, Lifecycle, WorkerState
 from pyalk.worker_types import (
     TRANSIENT_ERRORS,
     PermanentError,
@@ -67,8 +79,14 @@ logger = logging.getLogger("pyalk.worker")
 #: A job handler: called with the claimed job; returning means success.
 Handler = Callable[[JobHandle], Any]
 
-#: Most ids one alk.ack_batch call carries.
-ACK_BATCH_MAX = 1000
+#: Most outcomes one settlement call carries.
+SETTLE_BATCH_MAX = 1000
+#: Default most jobs claimed ahead (graphile-worker's local queue holds 500).
+PREFETCH = 500
+#: Default seconds an outcome waits for others before it is flushed alone.
+SETTLE_INTERVAL = 0.005
+#: The first and the longest pause between polls of an idle advert's fence.
+FENCE_POLL = (0.001, 0.1)
 
 # the worker ------------------------------------------------------------------
 
@@ -116,7 +134,13 @@ class Worker:
     anything else retries it on the row's backoff curve (dead once its
     attempts are used up), with ``Type: message`` as the error text.
 
-    Options: ``batch_size`` caps one claim (default: ``concurrency``);
+    Options: ``prefetch`` is the most jobs held claimed but not yet started
+    (default 500: one claim feeds many handlers; the trade-off is that they
+    are held by this worker, see docs/worker.md); ``buffer_lifetime`` the
+    most seconds one waits there (default and cap: half its visibility
+    timeout, less a second) before it is released unstarted; ``batch_size``
+    caps one claim (default: ``prefetch``); ``settle_interval`` is how long
+    an outcome waits to be settled with others (or with the next claim);
     ``poll_interval`` is the fallback poll in seconds when no NOTIFY comes;
     ``grace_period`` is how long a stop waits for running handlers;
     ``heartbeat`` renews each running job's lease every half visibility
@@ -136,7 +160,10 @@ class Worker:
         concurrency: int = 10,
         worker_id: str | None = None,
         fail_on: type[BaseException] | tuple[type[BaseException], ...] = (PermanentError,),
+        prefetch: int = PREFETCH,
+        buffer_lifetime: float | None = None,
         batch_size: int | None = None,
+        settle_interval: float = SETTLE_INTERVAL,
         poll_interval: float = 5.0,
         grace_period: float = 30.0,
         heartbeat: bool = True,
@@ -148,8 +175,14 @@ class Worker:
         Runtime.check_handler(handler)
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
             raise ValueError(f"concurrency must be a positive int, got {concurrency!r}")
+        if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
+            raise ValueError(f"prefetch must be an int >= 0, got {prefetch!r}")
         if batch_size is not None and (not isinstance(batch_size, int) or batch_size < 1):
             raise ValueError(f"batch_size must be a positive int or None, got {batch_size!r}")
+        if buffer_lifetime is not None and not buffer_lifetime >= 0:
+            raise ValueError(f"buffer_lifetime must be >= 0 seconds or None, got {buffer_lifetime!r}")
+        if not settle_interval >= 0:
+            raise ValueError(f"settle_interval must be >= 0 seconds, got {settle_interval!r}")
         if not poll_interval > 0:
             raise ValueError(f"poll_interval must be > 0 seconds, got {poll_interval!r}")
         if not grace_period >= 0:
@@ -160,7 +193,10 @@ class Worker:
         self.concurrency = concurrency
         self.worker_id = _default_worker_id() if worker_id is None else str(_codec.text(worker_id, "worker_id"))
         self.fail_on = fail_on if isinstance(fail_on, tuple) else (fail_on,)
-        self.batch_size = batch_size or concurrency
+        self.prefetch = prefetch
+        self.buffer_lifetime = math.inf if buffer_lifetime is None else float(buffer_lifetime)
+        self.batch_size = batch_size or max(prefetch, concurrency)
+        self.settle_interval = float(settle_interval)
         self.poll_interval = float(poll_interval)
         self.grace_period = float(grace_period)
         self.heartbeat = heartbeat
@@ -171,16 +207,25 @@ class Worker:
 
         self._counts_lock = threading.Lock()
         self._in_flight = _InFlight()
+        #: Claimed, not started: (handle, monotonic claim send time, start-by).
+        self._buffer: deque[tuple[JobHandle, float, float]] = deque()
+        self._unstarted: list[Job] = []  # to release: waited too long, or popped at a stop
+        self._rate = 0.0  # jobs started per second (moving average): sizes the claims
+        self._drained = False  # the last claim came back short: refill on a wake-up, not at half a buffer
+        self._advertised = False  # idle advert in place (alk.wait_for_jobs)
+        self._debug = False
         # Set from any thread or signal handler; waited on by the loops.
         self._stopped = Event()  # claiming is over: ends backoff sleeps and the listener
         self._wake = Event()  # NOTIFY, retry, stop: look for claimable jobs
+        self._filled = Event()  # jobs were buffered (or a stop): runners look again
         self._life = Lifecycle(self._entered)
         self._settler = SettlementBatcher(self._settle_batch, self._settled, logger=logger,
-                                               extra=self._fields(), batch_max=ACK_BATCH_MAX)
+                                               extra=self._fields(), batch_max=SETTLE_BATCH_MAX,
+                                               interval=self.settle_interval)
         self._heartbeater = Heartbeater(self._in_flight.jobs, poll_interval=self.poll_interval, logger=logger,
                                              fields=self._fields)
         self._listener = None if conninfo is None else Listener(
-            conninfo, self._channel, backoff=Backoff(0.2, min(self.poll_interval, 5.0)), connect_timeout=10
+            conninfo, self._channel, backoff=Backoff(0.05, min(self.poll_interval, 0.5)), connect_timeout=10
         )
         self._pool = Pool(concurrency, name=f"pyalk-worker-{self.queue.name}")
 
@@ -206,6 +251,11 @@ class Worker:
         return len(self._in_flight)
 
     @property
+    def buffered(self) -> int:
+        """How many claimed jobs wait in the local buffer."""
+        return len(self._buffer)
+
+    @property
     def listening(self) -> bool:
         """Whether the LISTEN connection is up (wake-ups at commit)."""
         return self._listener is not None and self._listener.listening
@@ -220,7 +270,7 @@ class Worker:
         logger.debug("worker %s -> %s", old.value, new.value,
                      extra=self._fields(state=new.value, previous=old.value))
         if new in STOPPING:
-            for event in (self._stopped, self._wake, self._in_flight.changed):
+            for event in (self._stopped, self._wake, self._in_flight.changed, self._filled):
                 event.set()
 
     def _on_signal(self, number: int) -> None:
@@ -250,13 +300,14 @@ class Worker:
 
     def run(self) -> WorkerCounts:
         """Work until stopped; the counts of what was done."""
-        for event in (self._stopped, self._wake, self._in_flight.changed):
+        for event in (self._stopped, self._wake, self._in_flight.changed, self._filled):
             event.wait(0)  # binds each event to this loop (a no-op for threads)
         try:
             self._life.advance(WorkerState.STARTING)
         except IllegalTransition:
             doing = "already running" if self.running else "finished"
             raise RuntimeError(f"{self!r} is {doing}: a worker runs once") from None
+        self._debug = logger.isEnabledFor(logging.DEBUG)
         signals = Signals()
         tasks: dict[str, Task] = {}
         interrupted = False
@@ -264,11 +315,12 @@ class Worker:
             if self.handle_signals:
                 signals.install(self._on_signal)
             logger.info(
-                "worker started: queue %r, concurrency %d, %s",
+                "worker started: queue %r, concurrency %d, prefetch %d, %s",
                 self.queue.name,
                 self.concurrency,
+                self.prefetch,
                 "LISTEN + fallback poll" if self._listener else "polling only (listen=False)",
-                extra=self._fields(concurrency=self.concurrency),
+                extra=self._fields(concurrency=self.concurrency, prefetch=self.prefetch),
             )
             tasks["acks"] = Runtime.spawn(self._settler.run, name="pyalk-worker-acks")
             if self.heartbeat:
@@ -278,6 +330,8 @@ class Worker:
                     self._listener.run, self._wake, self._stopped, logger, self._fields(), name="pyalk-worker-listen"
                 )
             if self._life.begin_running():
+                for _ in range(self.concurrency):
+                    self._pool.submit(self._runner)
                 self._claim_loop()
         except BaseException:
             interrupted = True
@@ -293,55 +347,178 @@ class Worker:
                 self._life.advance(WorkerState.STOPPED)
         return self.counts
 
+    # claiming --------------------------------------------------------------
+
+    def _target(self) -> int:
+        """How many jobs to hold claimed ahead: what the runners start in half
+        a buffer lifetime at the measured rate, at least one per runner, at
+        most ``prefetch`` beyond them."""
+        lifetime = min(self.buffer_lifetime, 150.0)
+        ahead = math.ceil(self._rate * lifetime / 2)
+        return max(self.concurrency, min(ahead, self.prefetch))
+
+    def _wanted(self) -> int:
+        """How many to claim now: a refill once the buffer is down to half its target."""
+        target = self._target()
+        have = len(self._buffer)
+        if have > target // 2:
+            return 0
+        free = self.concurrency - len(self._in_flight)
+        if self.prefetch == 0:
+            return min(max(free - have, 0), self.batch_size)
+        return min(target - have, self.batch_size)
+
     def _claim_loop(self) -> None:
         idle = Backoff(0.05, self.poll_interval)
-        failing = Backoff(0.1, min(self.poll_interval, 5.0))
+        # Short and reset on success: the pool reconnects within 0.5 s of
+        # the server accepting again (pool.py), so should the claims.
+        failing = Backoff(0.05, min(self.poll_interval, 0.5))
+        measured_at, measured = time.monotonic(), 0
+        fence: list[int] | None = None  # the idle advert's fence, while not yet empty
+        claim_now = True  # at start, after every wait: claim even if the last claim came back short
         while self._life.state is WorkerState.RUNNING:
-            free = self.concurrency - len(self._in_flight)
-            if free <= 0:
-                # Full: wait for a handler to finish (a NOTIFY cannot help).
-                self._in_flight.changed.clear()
-                if len(self._in_flight) >= self.concurrency and not self._life.stopping():
-                    self._in_flight.changed.wait(self.poll_interval)
-                continue
-            wanted = min(free, self.batch_size)
-            # Cleared before the claim: a NOTIFY arriving from here on is not lost.
-            self._wake.clear()
-            try:
-                handles = self.queue.claim_batch(self.worker_id, wanted)
-            except TRANSIENT_ERRORS as error:
-                self._pause_for(error, failing)
-                continue
-            for handle in handles:
-                self._start(handle)
-            if len(handles) == wanted:
+            self._expire_head()
+            if self._unstarted:
+                self._release_unstarted()
+            wanted = self._wanted()
+            timeout = self.poll_interval
+            if wanted > 0 and (claim_now or not self._drained or not self._buffer):
+                claim_now = False
+                # Cleared before the claim: a NOTIFY arriving from here on is not lost.
+                self._wake.clear()
+                now = time.monotonic()
+                if now - measured_at >= 0.01:  # the start rate, over at least 10 ms
+                    rate = (self.counts.claimed - measured) / (now - measured_at)
+                    self._rate = rate if self._rate == 0 else (self._rate + rate) / 2
+                    measured_at, measured = now, self.counts.claimed
+                try:
+                    handles = self._exchange(wanted)
+                    if len(handles) == wanted:
+                        self._drained = False
+                        idle.reset()
+                        failing.reset()
+                        fence = None
+                        if self._advertised:
+                            self._retire()
+                        continue  # maybe more are due
+                    self._drained = True
+                    if not self._advertised and self._listener is not None and self._listener.listening:
+                        fence = self._advertise()
+                        claim_now = True  # the protocol: claim once more behind the advert
+                        continue
+                    delay = self._seconds_until_claimable()
+                except TRANSIENT_ERRORS as error:
+                    self._pause_for(error, failing)
+                    claim_now = True
+                    continue
                 failing.reset()
-                idle.reset()
-                continue  # maybe more are due
-            try:
-                delay = self._seconds_until_claimable()
-            except TRANSIENT_ERRORS as error:
-                self._pause_for(error, failing)
-                continue
-            failing.reset()
-            if delay is not None and delay <= 0:
-                if handles:
-                    continue  # more became due since the claim
-                # Claimable now, yet the claim found nothing: rows held by a
-                # concurrent claim or settle. Back off a little, not a lot.
-                timeout = idle.next()
+                if delay is not None and delay <= 0:
+                    # Claimable now, yet the claim came back short: rows held
+                    # by a concurrent claim or settle. Back off a little, not a lot.
+                    timeout = 0.0 if handles else idle.next()
+                else:
+                    idle.reset()
+                    if (self.burst and not handles and not self._buffer and not self._in_flight
+                            and not len(self._settler) and not self._unstarted):
+                        logger.info("burst: nothing left to claim", extra=self._fields())
+                        return
+                    timeout = self.poll_interval if delay is None else min(delay, self.poll_interval)
             else:
-                idle.reset()
-                if self.burst and not handles and not self._in_flight:
-                    logger.info("burst: nothing left to claim", extra=self._fields())
-                    return
-                timeout = self.poll_interval if delay is None else min(delay, self.poll_interval)
-            self._wake.wait(timeout)
+                # No claim this round: clear, then look again, so a runner's
+                # wake-up from here on is not lost (and a set event never spins).
+                self._wake.clear()
+                self._expire_head()
+                if self._unstarted or (self._wanted() > 0 and (not self._drained or not self._buffer)):
+                    continue
+            timeout = min(timeout, self._until_head_expires())
+            if fence:
+                fence = self._wait_behind_fence(fence, timeout)
+            else:
+                self._wake.wait(timeout)
+            claim_now = True
+
+    def _exchange(self, wanted: int) -> list[JobHandle]:
+        """Settle what is pending and claim up to ``wanted`` into the buffer, one round trip."""
+        outcomes = self._settler.take()
+        sent = time.monotonic()
+        try:
+            states, handles = self.queue.settle_and_claim(
+                self.worker_id, wanted, [(o.handle.job, o.kind, o.error) for o in outcomes])
+        except BaseException:
+            self._settler.give_back(outcomes)
+            raise
+        if outcomes:
+            self._settled(outcomes, states)
+        if handles:
+            buffer = self._buffer
+            lifetime = self.buffer_lifetime
+            for handle in handles:
+                buffer.append((handle, sent, sent + min(lifetime, _lease_margin(handle.job.visibility_timeout_s))))
+            self._filled.set()
+        return handles
+
+    def _advertise(self) -> list[int]:
+        """Idle: advertise (enqueues notify from its commit on) and take the
+        fence of the transactions that may have missed the advert."""
+        self.queue.wait_for_jobs(self.worker_id)
+        self._advertised = True
+        return self.queue.wake_fence()
+
+    def _retire(self) -> None:
+        """Busy again: enqueues need not notify this worker any more."""
+        self._advertised = False
+        self.queue.stop_waiting(self.worker_id)
+
+    def _wait_behind_fence(self, fence: list[int], timeout: float) -> list[int] | None:
+        """Wait for a NOTIFY while polling the fence on a short, growing
+        timer; return (to claim again) once it shrinks, or on a wake-up."""
+        deadline = time.monotonic() + timeout
+        pause = FENCE_POLL[0]
+        while self._life.state is WorkerState.RUNNING:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or self._wake.wait(min(pause, remaining)):
+                return fence
+            left = self.queue.wake_fence(fence)
+            if len(left) < len(fence):
+                return left or None
+            pause = min(pause * 2, FENCE_POLL[1])
+        return fence
+
+    def _until_head_expires(self) -> float:
+        try:
+            head = self._buffer[0]
+        except IndexError:
+            return math.inf
+        return max(head[2] - time.monotonic(), 0.0)
+
+    def _expire_head(self) -> None:
+        """Move the buffered jobs past their start-by time to the release list."""
+        now = time.monotonic()
+        buffer = self._buffer
+        while buffer and buffer[0][2] < now:
+            try:
+                handle, _, _ = buffer.popleft()
+            except IndexError:
+                break
+            self._unstarted.append(handle.job)
+
+    def _release_unstarted(self) -> None:
+        """Give back the jobs that never started: pending at once, attempt refunded."""
+        jobs, self._unstarted = self._unstarted, []
+        try:
+            released = self.queue.release_jobs(self.worker_id, jobs)
+        except TRANSIENT_ERRORS as error:
+            logger.warning("could not release %d unstarted jobs (%s); they run again after their lease",
+                           len(jobs), one_line(error), extra=self._fields())
+            return
+        self._count(released=released)
+        logger.debug("released %d unstarted jobs", released, extra=self._fields(released=released))
 
     def _pause_for(self, error: BaseException, backoff: Backoff) -> None:
         pause = backoff.next()
         logger.warning("database unavailable (%s); trying again in %.1fs", one_line(error), pause,
                        extra=self._fields())
+        self._advertised = False  # an advert dies with its connection's session
         self._stopped.wait(pause)
 
     def _seconds_until_claimable(self) -> float | None:
@@ -356,97 +533,116 @@ class Worker:
         """The LISTEN channel of the queue (the listener asks once)."""
         return self.queue.channel()
 
-    # one job ---------------------------------------------------------------
+    # the runners -------------------------------------------------------------
 
-    def _start(self, handle: JobHandle) -> None:
-        now = time.monotonic()
-        # A lease lasts at least visibility_timeout_s seconds from the claim:
-        # renewing at half of it leaves the other half for a slow round trip.
-        interval = max(handle.job.visibility_timeout_s / 2, 0.05)
+    def _runner(self) -> None:
+        """One of ``concurrency``: start buffered jobs one after the other
+        until the worker stops claiming."""
+        buffer = self._buffer
+        while self._life.state is WorkerState.RUNNING:
+            try:
+                handle, claimed, start_by = buffer.popleft()
+            except IndexError:
+                self._filled.clear()
+                if not buffer:
+                    self._wake.set()
+                    self._filled.wait(self.poll_interval)
+                continue
+            if len(buffer) <= self._target() // 2 and (not self._drained or not buffer):
+                self._wake.set()  # down to half: time to claim more
+            now = time.monotonic()
+            if now > start_by or self._life.state is not WorkerState.RUNNING:
+                # Its lease might lapse before a heartbeat: give it back unstarted.
+                self._unstarted.append(handle.job)
+                self._wake.set()
+                continue
+            self._process(handle, claimed, now)
+            Runtime.sleep(0)  # let the claim loop and the settler in between jobs
+
+    def _process(self, handle: JobHandle, claimed: float, now: float) -> None:
+        job = handle.job
+        interval = _lease_margin(job.visibility_timeout_s)
         running = Running(handle, started=now, interval=interval,
-                          next_beat=now + interval if self.heartbeat else math.inf)
+                          next_beat=claimed + interval if self.heartbeat else math.inf)
         self._in_flight.add(running)
         self._count(claimed=1)
-        self._pool.submit(self._process, running)
-        if self.heartbeat:
+        if running.next_beat < now + self.poll_interval:
             self._heartbeater.poke()
-
-    def _process(self, running: Running) -> None:
-        handle = running.handle
-        job = handle.job
-        logger.debug("job %d started (attempt %d)", job.id, job.attempts, extra=self._fields(job))
+        debug = self._debug
+        if debug:
+            logger.debug("job %d started (attempt %d)", job.id, job.attempts, extra=self._fields(job))
         try:
             error: Exception | None = None
             try:
                 self.handler(handle)
             except Exception as caught:
                 error = caught
-            duration = time.monotonic() - running.started
+            duration = time.monotonic() - now
             if self._life.state in ABANDONED:
                 return  # past the grace period: the job is left to lease expiry
             if error is None:
-                logger.debug("job %d done in %.3fs", job.id, duration, extra=self._fields(job, duration_s=duration))
-                self._settler.add(Outcome(handle))
-            elif isinstance(error, self.fail_on):
-                self._settle(running, error, duration, fail=True)
+                if debug:
+                    logger.debug("job %d done in %.3fs", job.id, duration,
+                                 extra=self._fields(job, duration_s=duration))
+                self._settler.add(Outcome(handle, "ack", None, None, duration))
             else:
-                self._settle(running, error, duration, fail=False)
+                failed = isinstance(error, self.fail_on)
+                self._settler.add(Outcome(handle, "fail" if failed else "retry", error_text(error), error, duration))
         finally:
             self._in_flight.remove(running)
             if self.burst:
                 self._wake.set()
 
-    def _settle(self, running: Running, error: Exception, duration: float, *, fail: bool) -> None:
-        """Record a failed handler: fail (dead now) or retry (backoff curve)."""
-        handle = running.handle
-        job = handle.job
-        err = error_text(error)
-        fields = self._fields(job, duration_s=duration, error=err)
-        # A lost connection is retried until the lease would have run out
-        # anyway; after that the job runs again (at least once) whatever we do.
-        deadline = time.monotonic() + min(max(job.visibility_timeout_s, 2), 60)
-        backoff = Backoff(0.1, 2.0)
-        while True:
-            try:
-                held = (handle.fail(err) if fail else handle.retry(err))
-                break
-            except TRANSIENT_ERRORS as db_error:
-                if time.monotonic() >= deadline or self._life.state in CUT_OFF:
-                    logger.error("job %d failed and its failure could not be recorded (%s); it runs again after "
-                                 "its lease", job.id, one_line(db_error), extra=fields)
-                    return
-                Runtime.sleep(backoff.next())
-        dead = fail or job.attempts >= job.max_attempts
-        if not held:
-            self._count(lost=1)
-        elif dead:
-            self._count(failed=1)
-        else:
-            self._count(retried=1)
-        if not held:
-            logger.warning("job %d failed (%s) but its claim was no longer valid (lease lapsed)", job.id, err,
-                           extra=fields)
-        elif dead:
-            logger.error("job %d failed for good: %s", job.id, err, exc_info=error, extra=fields)
-        else:
-            logger.warning("job %d failed (attempt %d of %d), will retry: %s", job.id, job.attempts,
-                           job.max_attempts, err, exc_info=error, extra=fields)
-            self._wake.set()  # it may be due again soon (a short backoff)
-
     # settlement ----------------------------------------------------------------
 
-    def _settle_batch(self, batch: list[Outcome]) -> int:
-        """Settle one batch of outcomes; how many claims were still valid.
-        Only acks are batched today (failures are recorded by _settle)."""
-        return self.queue.ack_batch(self.worker_id, [outcome.handle for outcome in batch])
+    def _settle_batch(self, batch: list[Outcome]) -> Sequence[Settled]:
+        """Settle one batch of outcomes (the flush loop's call): the state each led to."""
+        return self.queue.settle(self.worker_id, [(o.handle.job, o.kind, o.error) for o in batch])
 
-    def _settled(self, acked: int, refused: int) -> None:
-        self._count(acked=acked, lost=refused)
+    def _settled(self, batch: Sequence[Outcome], states: Sequence[Settled]) -> None:
+        """Count and log what the SQL says each outcome led to."""
+        acked = retried = failed = lost = 0
+        for outcome, state in zip(batch, states, strict=True):
+            if state == "acked":
+                acked += 1
+                continue
+            job = outcome.handle.job
+            fields = self._fields(job, duration_s=outcome.duration, error=outcome.error)
+            if state is None:
+                lost += 1
+                logger.warning("job %d %s but its claim was no longer valid (lease lapsed)", job.id,
+                               "finished" if outcome.kind == "ack" else f"failed ({outcome.error})", extra=fields)
+            elif state == "dead":
+                failed += 1
+                logger.error("job %d failed for good: %s", job.id, outcome.error, exc_info=outcome.exception,
+                             extra=fields)
+            else:
+                retried += 1
+                logger.warning("job %d failed (attempt %d of %d), will retry: %s", job.id, job.attempts,
+                               job.max_attempts, outcome.error, exc_info=outcome.exception, extra=fields)
+        self._count(acked=acked, retried=retried, failed=failed, lost=lost)
+        if retried:
+            self._wake.set()  # it may be due again soon (a short backoff)
 
     # stop ----------------------------------------------------------------------
 
+    def _release_buffer(self) -> None:
+        while self._buffer:
+            try:
+                handle, _, _ = self._buffer.popleft()
+            except IndexError:
+                break
+            self._unstarted.append(handle.job)
+        if self._unstarted:
+            self._release_unstarted()
+
     def _shutdown(self, tasks: dict[str, Task], grace: float) -> None:
         self.stop(force=grace <= 0)
+        # What never started goes back at once, for other workers to take.
+        self._release_buffer()
+        if self._advertised:
+            with contextlib.suppress(*TRANSIENT_ERRORS):  # the advert dies with its session
+                self._retire()
         waiting = len(self._in_flight)
         if waiting:
             logger.info("stopping: waiting up to %.1fs for %d running jobs", grace, waiting, extra=self._fields())
@@ -465,6 +661,7 @@ class Worker:
                            extra=self._fields())
             self._pool.cancel_all()
         self._pool.close(1.0)
+        self._release_buffer()  # a runner may have put one back meanwhile
         # Flush what finished; keep trying for a while if the database is away.
         self._settler.close(max(grace, 5.0))
         if "acks" in tasks:
@@ -479,8 +676,16 @@ class Worker:
                 logger.error("the worker's %s loop failed: %s", name, one_line(error), exc_info=error,
                              extra=self._fields())
         logger.info(
-            "worker stopped: %d acked, %d retried, %d failed, %d lost, %d left to lease expiry",
+            "worker stopped: %d acked, %d retried, %d failed, %d lost, %d left to lease expiry, %d released unstarted",
             self.counts.acked, self.counts.retried, self.counts.failed, self.counts.lost, self.counts.abandoned,
+            self.counts.released,
             extra=self._fields(acked=self.counts.acked, retried=self.counts.retried, failed=self.counts.failed,
-                               lost=self.counts.lost, abandoned=self.counts.abandoned),
+                               lost=self.counts.lost, abandoned=self.counts.abandoned, released=self.counts.released),
         )
+
+
+def _lease_margin(visibility_timeout_s: int) -> float:
+    """Seconds after a claim was sent within which its lease surely holds
+    with half to spare: the lease runs visibility_timeout_s from a
+    whole-second clock (so at least that less one second); half of that."""
+    return max(visibility_timeout_s / 2 - 0.5, visibility_timeout_s / 4, 0.05)

@@ -130,8 +130,6 @@ def test_max_connections_exhausted_under_running_workers(few_slots, chaos_dsn, l
     report["first_start_after_release_s"] = first_start_after(ledger, released)
 
 
-@pytest.mark.xfail(strict=False, reason="issue 13 item 2: a worker started while every slot is taken exits "
-                   "with rc 1 today; it is to retry with back-off (being changed in the worker)")
 def test_a_worker_started_while_every_slot_is_taken_waits_for_one(few_slots, chaos_dsn, ledger, spawn, report):
     ids = enqueue(chaos_dsn, 20, visibility=2)
     hog = _hog(few_slots)

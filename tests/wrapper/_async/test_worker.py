@@ -98,12 +98,15 @@ async def test_worker_arguments_are_checked(alk):
         pass
 
     for bad in ({"concurrency": 0}, {"concurrency": True}, {"batch_size": 0}, {"poll_interval": 0},
-                {"grace_period": -1}):
+                {"grace_period": -1}, {"prefetch": -1}, {"prefetch": True}, {"buffer_lifetime": -1},
+                {"settle_interval": -0.1}):
         with pytest.raises(ValueError):
             AsyncWorker(alk, "q", handler, **bad)
     worker = alk.worker("q", handler, concurrency=3)
     assert isinstance(worker, AsyncWorker)
-    assert (worker.concurrency, worker.batch_size, worker.running, worker.in_flight) == (3, 3, False, 0)
+    # The fast settings are the defaults: 500 claimed ahead, claims of up to 500.
+    assert (worker.concurrency, worker.prefetch, worker.batch_size, worker.running, worker.in_flight) == (
+        3, 500, 500, False, 0)
     assert "q" in repr(worker)
 
 
@@ -340,3 +343,35 @@ async def test_a_worker_sleeps_until_next_claim_at_not_a_full_poll(alk, db):
     await worker.run()
     assert handled == ["soon"]
     assert time.monotonic() - started < 30
+
+
+# prefetch, release, pause --------------------------------------------------------------
+
+
+async def test_buffered_jobs_go_back_unspent_at_a_stop_and_another_worker_takes_them_at_once(alk, db):
+    worker: AsyncWorker
+    first_worker: list[int] = []
+
+    async def handler(job: AsyncJobHandle) -> None:
+        first_worker.append(job.id)
+        worker.stop()
+
+    queue = alk.queue("q")
+    ids = await queue.enqueue_batch(list(range(50)))
+    worker = AsyncWorker(alk, queue, handler, concurrency=1, handle_signals=False, worker_id="w-first")
+    counts = await worker.run()
+    assert counts.claimed == 1 and counts.acked == 1
+    rows = db.execute("SELECT id, state, attempts - attempts_refunded, worker_id FROM alk.list_jobs('q') "
+                      "ORDER BY id").fetchall()
+    # Every job left is pending again at once with no attempt spent, released or never claimed.
+    assert rows == [(job_id, "pending", 0, None) for job_id in ids if job_id not in first_worker]
+    assert counts.released == db.execute(
+        "SELECT count(*) FROM alk.list_jobs('q') WHERE attempts_refunded > 0").fetchone()[0]  # type: ignore[index]
+    seen: list[int] = []
+
+    async def record(job: AsyncJobHandle) -> None:
+        seen.append(job.id)
+
+    again = await AsyncWorker(alk, queue, record, burst=True, handle_signals=False, worker_id="w-second").run()
+    assert sorted(seen) == [job_id for job_id in ids if job_id not in first_worker]
+    assert again.acked == 49 and job_rows(db) == []
