@@ -412,6 +412,10 @@ def parser() -> argparse.ArgumentParser:
                          help="only this job (repeatable); default: every dead job of the queue")
     database_options(requeue)
     requeue.set_defaults(run=cmd_requeue_dead)
+
+    from pyalk import cli_schedule  # imported here: it uses this module's helpers
+
+    cli_schedule.register(commands, database_options)
     return root
 
 
