@@ -128,7 +128,12 @@ class AsyncAlk:
         return await self.schedules.tick(now, conn=conn)
 
     async def run_schedules(
-        self, stop: AsyncStopToken, *, owner: str | None = None, lease_ttl: int = 30, poll_interval: float = 5.0
+        self,
+        stop: AsyncStopToken,
+        *,
+        owner: str | None = None,
+        lease_ttl: int | timedelta = 30,
+        poll_interval: float = 5.0,
     ) -> None:
         """Fire due schedules while this process leads (lease ``alk:scheduler``),
         until ``stop`` is cancelled; see :meth:`AsyncSchedules.run`."""

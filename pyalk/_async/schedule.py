@@ -160,7 +160,12 @@ class AsyncSchedules:
         return [fired_from_row(row) for row in rows]
 
     async def run(
-        self, stop: AsyncStopToken, *, owner: str | None = None, lease_ttl: int = 30, poll_interval: float = 5.0
+        self,
+        stop: AsyncStopToken,
+        *,
+        owner: str | None = None,
+        lease_ttl: int | timedelta = 30,
+        poll_interval: float = 5.0,
     ) -> None:
         """The leader loop: fire schedules on time while this process leads;
         see :func:`run_schedules`."""
@@ -218,7 +223,7 @@ async def run_schedules(
     stop: AsyncStopToken,
     *,
     owner: str | None = None,
-    lease_ttl: int = 30,
+    lease_ttl: int | timedelta = 30,
     poll_interval: float = 5.0,
 ) -> None:
     """Fire schedules on time while this process leads; return when ``stop``
@@ -238,7 +243,7 @@ async def run_schedules(
     """
     owner = default_owner() if owner is None else _codec.text(owner, "owner")
     assert owner is not None
-    ttl = _codec.bigint(lease_ttl, "lease_ttl")  # the server refuses a ttl <= 0 (LK002) at the first attempt
+    ttl = _codec.seconds(lease_ttl, "lease_ttl")  # the server refuses a ttl <= 0 (LK002) at the first attempt
     if isinstance(poll_interval, bool) or not isinstance(poll_interval, int | float) or not poll_interval > 0:
         raise InvalidArgument(f"poll_interval must be a number of seconds > 0, got {poll_interval!r}")
     assert ttl is not None

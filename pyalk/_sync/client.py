@@ -129,7 +129,12 @@ class Alk:
         return self.schedules.tick(now, conn=conn)
 
     def run_schedules(
-        self, stop: StopToken, *, owner: str | None = None, lease_ttl: int = 30, poll_interval: float = 5.0
+        self,
+        stop: StopToken,
+        *,
+        owner: str | None = None,
+        lease_ttl: int | timedelta = 30,
+        poll_interval: float = 5.0,
     ) -> None:
         """Fire due schedules while this process leads (lease ``alk:scheduler``),
         until ``stop`` is cancelled; see :meth:`Schedules.run`."""

@@ -179,6 +179,30 @@ def test_relay_retries_a_failed_delivery_with_its_error(capsys, dsn, db):
     assert f"message {down} (attempt 1 of 5) not delivered, retried later: ConnectionError: ledger unreachable" in err
 
 
+def test_relay_runs_until_sigint_then_stops_cleanly(dsn, db):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("PYALK_DSN", None)
+    process = subprocess.Popen([sys.executable, "-m", "pyalk", "relay", "billing", "tests.cli.deliveries:deliver_async",
+                                "--poll-interval", "0.2", "--dsn", dsn],
+                               cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        [first] = messages(db, {"invoice": 1})
+        until(lambda: db.execute("SELECT id FROM alk.outbox_get_job('billing', %s)", [first]).fetchone() == (None,),
+              "the relay to deliver the first message")
+        [second] = messages(db, {"invoice": 2})  # written while the relay idles: seen at its next look
+        until(lambda: db.execute("SELECT id FROM alk.outbox_get_job('billing', %s)", [second]).fetchone() == (None,),
+              "the relay to deliver the second message")
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert process.returncode == 0, err
+    assert "Traceback" not in err
+    assert err.strip().endswith("relay of 'billing' stopped: 2 delivered, 0 failed")
+
+
 @pytest.mark.parametrize(("argv", "expected"), [
     (["relay", "billing", "tests.cli.deliveries:missing"], "error: 'tests.cli.deliveries' has no attribute"),
     (["relay", "billing", "nocolon"], "error: the delivery function must look like module:name"),
