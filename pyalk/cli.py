@@ -36,6 +36,7 @@ from rich.table import Table
 from rich.text import Text
 
 from pyalk import Alk, AsyncAlk, AsyncWorker, PermanentError, Worker, WorkerCounts, demo, embedded, log, migrate
+from pyalk.cli_schedule import Shared, add_schedule_commands
 from pyalk.errors import AlkError
 from pyalk.install import install_script
 from pyalk.router import router_install
@@ -413,9 +414,9 @@ def parser() -> argparse.ArgumentParser:
     database_options(requeue)
     requeue.set_defaults(run=cmd_requeue_dead)
 
-    from pyalk import cli_schedule  # imported here: it uses this module's helpers
-
-    cli_schedule.register(commands, database_options)
+    shared = Shared(error=CliError, client=_client, database=_database, load=_import,
+                    json_argument=_json_argument, stamp=_stamp, is_async=_is_async)
+    add_schedule_commands(commands, database_options, shared)  # schedule, scheduler, relay
     return root
 
 

@@ -3,9 +3,11 @@
 ``pyalk scheduler`` (the leader loop, ``run_schedules``) and ``pyalk relay``
 (an outbox relay calling ``module:function`` on every message).
 
-:func:`register` adds them to the parser of :mod:`pyalk.cli`, which owns the
-shared helpers (connections, imports, errors). Every value from the database
-or the user is printed literally (never as console markup).
+:func:`add_schedule_commands` adds them to the parser of :mod:`pyalk.cli`, which hands
+over the helpers it owns (connections, imports, its error class) as a
+:class:`Shared`: pyalk.cli imports this module, never the reverse. Every
+value from the database or the user is printed literally (never as console
+markup).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import logging
 import signal
 import sys
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 from rich.console import Console
@@ -27,35 +29,56 @@ from rich.text import Text
 
 from pyalk import Alk, AsyncAlk, AsyncJobHandle, AsyncStopToken, JobHandle, StopToken, log
 from pyalk._async.schedule import TRANSIENT_ERRORS
-from pyalk.cli import CliError, _client, _database, _import, _is_async, _json_argument, _stamp
 
 logger = logging.getLogger("pyalk.relay")
 
 DatabaseOptions = Callable[[argparse.ArgumentParser], None]
 
 
+@dataclasses.dataclass(frozen=True)
+class Shared:
+    """The helpers of :mod:`pyalk.cli` these commands use (each command finds
+    it as ``args.shared``)."""
+
+    #: The CLI's one-line user error (exit code 1).
+    error: type[Exception]
+    #: A client on one direct connection to ``--dsn`` / ``--embedded``.
+    client: Callable[[argparse.Namespace], AbstractContextManager[Alk]]
+    #: The conninfo of ``--dsn`` / ``--embedded`` (an embedded server migrated).
+    database: Callable[[argparse.Namespace], str]
+    #: Import ``module:name`` (``what`` names it in errors).
+    load: Callable[[str, str], Any]
+    json_argument: Callable[[str, str], Any]
+    #: Unix seconds as ``YYYY-MM-DD HH:MM:SS`` (UTC).
+    stamp: Callable[[int | None], str]
+    #: Whether a callable is an ``async def`` (or has an async ``__call__``).
+    is_async: Callable[[Any], bool]
+
+
 def _say(console: Console, text: str) -> None:
     console.print(text, markup=False, highlight=False, soft_wrap=True)
 
 
-def _next_text(at: int | None) -> str:
-    return "never" if at is None else f"{_stamp(at)} UTC ({at})"
+def _next_text(shared: Shared, at: int | None) -> str:
+    return "never" if at is None else f"{shared.stamp(at)} UTC ({at})"
 
 
 # pyalk schedule ... ------------------------------------------------------------------
 
 
 def cmd_schedule_add(args: argparse.Namespace, console: Console) -> None:
-    payload = None if args.payload is None else _json_argument(args.payload, "--payload")
-    with _client(args) as alk:
+    shared: Shared = args.shared
+    payload = None if args.payload is None else shared.json_argument(args.payload, "--payload")
+    with shared.client(args) as alk:
         next_fire_at = alk.schedules.add(args.name, args.spec, args.queue, priority=args.priority,
                                          max_attempts=args.max_attempts, expires=args.expires,
                                          payload=payload, tz=args.tz)
-    _say(console, f"schedule {args.name!r} into {args.queue!r}: next fire {_next_text(next_fire_at)}")
+    _say(console, f"schedule {args.name!r} into {args.queue!r}: next fire {_next_text(shared, next_fire_at)}")
 
 
 def cmd_schedule_list(args: argparse.Namespace, console: Console) -> None:
-    with _client(args) as alk:
+    shared: Shared = args.shared
+    with shared.client(args) as alk:
         schedules = alk.schedules.list()
     if args.json:
         for schedule in schedules:
@@ -69,26 +92,28 @@ def cmd_schedule_list(args: argparse.Namespace, console: Console) -> None:
         table.add_column(name, overflow="fold")
     for schedule in schedules:
         table.add_row(Text(schedule.name), Text(schedule.spec), Text(schedule.tz), Text(schedule.queue),
-                      Text("never" if schedule.next_fire_at is None else _stamp(schedule.next_fire_at)))
+                      Text("never" if schedule.next_fire_at is None else shared.stamp(schedule.next_fire_at)))
     console.print(table)
 
 
 def cmd_schedule_remove(args: argparse.Namespace, console: Console) -> None:
-    with _client(args) as alk:
+    shared: Shared = args.shared
+    with shared.client(args) as alk:
         if not alk.schedules.remove(args.name):
-            raise CliError(f"no schedule named {args.name!r}")
+            raise shared.error(f"no schedule named {args.name!r}")
     _say(console, f"removed schedule {args.name!r}")
 
 
 def cmd_schedule_next(args: argparse.Namespace, console: Console) -> None:
-    with _client(args) as alk:
+    shared: Shared = args.shared
+    with shared.client(args) as alk:
         after = args.after if args.after is not None else int(alk.executor.value("SELECT alk.now()"))
         for _ in range(args.count):
             at = alk.schedules.cron_next(args.spec, after, args.tz)
             if at is None:
                 _say(console, "never (no further fire up to 9999-12-31)")
                 return
-            _say(console, f"{at}  {_stamp(at)} UTC")
+            _say(console, f"{at}  {shared.stamp(at)} UTC")
             after = at
 
 
@@ -108,8 +133,9 @@ def _stopping_on_signals(cancel: Callable[[], None]) -> Iterator[None]:
 
 
 def cmd_scheduler(args: argparse.Namespace, console: Console) -> None:
+    shared: Shared = args.shared
     log.configure(args.log_level, args.log_format)
-    dsn = _database(args)
+    dsn = shared.database(args)
     stop = StopToken()
     with Alk(dsn) as alk, _stopping_on_signals(stop.cancel):
         alk.run_schedules(stop, owner=args.owner, lease_ttl=args.lease_ttl, poll_interval=args.poll_interval)
@@ -194,13 +220,14 @@ async def _relay_loop_async(alk: AsyncAlk, args: argparse.Namespace, delivery: C
 
 
 def cmd_relay(args: argparse.Namespace, console: Console) -> None:
-    delivery = _import(args.target, "the delivery function")
+    shared: Shared = args.shared
+    delivery = shared.load(args.target, "the delivery function")
     if not callable(delivery):
-        raise CliError(f"{args.target} is not callable")
+        raise shared.error(f"{args.target} is not callable")
     log.configure(args.log_level, args.log_format)
-    dsn = _database(args)
+    dsn = shared.database(args)
     tally = _Tally()
-    if _is_async(delivery):
+    if shared.is_async(delivery):
         async def run_async() -> None:
             stop = AsyncStopToken()
             async with AsyncAlk(dsn) as alk:
@@ -238,7 +265,7 @@ def _logging_options(sub: argparse.ArgumentParser) -> None:
     sub.add_argument("--log-format", default="text", choices=("text", "json"))
 
 
-def register(commands: Any, database_options: DatabaseOptions) -> None:
+def add_schedule_commands(commands: Any, database_options: DatabaseOptions, shared: Shared) -> None:
     """Add ``schedule``, ``scheduler`` and ``relay`` to ``commands`` (the
     subparsers of :func:`pyalk.cli.parser`)."""
     schedule = commands.add_parser("schedule", help="add, list, remove schedules; show a spec's next fires")
@@ -254,17 +281,17 @@ def register(commands: Any, database_options: DatabaseOptions) -> None:
     add.add_argument("--max-attempts", type=int)
     add.add_argument("--expires", type=int, help="TTL in seconds of every fired job")
     database_options(add)
-    add.set_defaults(run=cmd_schedule_add)
+    add.set_defaults(run=cmd_schedule_add, shared=shared)
 
     listing = actions.add_parser("list", help="every schedule, by name (alk.list_schedules)")
     listing.add_argument("--json", action="store_true", help="one JSON object per line")
     database_options(listing)
-    listing.set_defaults(run=cmd_schedule_list)
+    listing.set_defaults(run=cmd_schedule_list, shared=shared)
 
     remove = actions.add_parser("remove", help="delete a schedule (alk.unschedule)")
     remove.add_argument("name")
     database_options(remove)
-    remove.set_defaults(run=cmd_schedule_remove)
+    remove.set_defaults(run=cmd_schedule_remove, shared=shared)
 
     upcoming = actions.add_parser("next", help="the next fire times of a spec (alk.cron_next)")
     upcoming.add_argument("spec")
@@ -272,7 +299,7 @@ def register(commands: Any, database_options: DatabaseOptions) -> None:
     upcoming.add_argument("--count", "-n", type=_positive_int, default=5, help="how many (5)")
     upcoming.add_argument("--after", type=int, metavar="UNIX_SECONDS", help="start after this time (default: now)")
     database_options(upcoming)
-    upcoming.set_defaults(run=cmd_schedule_next)
+    upcoming.set_defaults(run=cmd_schedule_next, shared=shared)
 
     scheduler = commands.add_parser("scheduler", help="run the scheduler's leader loop (fires due schedules)")
     scheduler.add_argument("--owner", help="this contender's name (default: host:pid:random)")
@@ -282,7 +309,7 @@ def register(commands: Any, database_options: DatabaseOptions) -> None:
                            help="longest sleep in seconds: standby retries, new schedules noticed (5)")
     _logging_options(scheduler)
     database_options(scheduler)
-    scheduler.set_defaults(run=cmd_scheduler)
+    scheduler.set_defaults(run=cmd_scheduler, shared=shared)
 
     relay = commands.add_parser("relay", help="deliver an outbox: call module:function on every message")
     relay.add_argument("outbox")
@@ -294,4 +321,4 @@ def register(commands: Any, database_options: DatabaseOptions) -> None:
     relay.add_argument("--burst", action="store_true", help="exit once nothing is due")
     _logging_options(relay)
     database_options(relay)
-    relay.set_defaults(run=cmd_relay)
+    relay.set_defaults(run=cmd_relay, shared=shared)

@@ -181,17 +181,21 @@ class AsyncExecutor:
         async with self._pool.connection() as pooled:
             yield pooled
 
-    @staticmethod
-    async def _first_connection(pool: AsyncConnectionPool) -> None:
-        """Connect once directly with the pool's settings: the pool itself
-        would retry in the background, logging, until its 30 s timeout."""
+    async def _first_connection(self, pool: AsyncConnectionPool) -> None:
+        """Connect once directly with the pool's settings (the pool itself
+        would retry in the background, logging, until its 30 s timeout), and
+        check the schema on that connection while it is open."""
         conninfo, kwargs = pool.conninfo, pool.kwargs or {}
         assert isinstance(conninfo, str) and isinstance(kwargs, dict)
         try:
             probe = await AsyncConnection.connect(conninfo, **kwargs)
         except psycopg.OperationalError as error:
             raise connect_error(conninfo, error) from error
-        await probe.close()
+        try:
+            if not self._schema_checked:
+                await self._check_schema(probe)
+        finally:
+            await probe.close()
 
     async def _check_schema(self, connection: AsyncConnection) -> None:
         """Refuse, in one line, a schema this pyalk cannot run on. Run once:

@@ -183,17 +183,21 @@ class Executor:
         with self._pool.connection() as pooled:
             yield pooled
 
-    @staticmethod
-    def _first_connection(pool: ConnectionPool) -> None:
-        """Connect once directly with the pool's settings: the pool itself
-        would retry in the background, logging, until its 30 s timeout."""
+    def _first_connection(self, pool: ConnectionPool) -> None:
+        """Connect once directly with the pool's settings (the pool itself
+        would retry in the background, logging, until its 30 s timeout), and
+        check the schema on that connection while it is open."""
         conninfo, kwargs = pool.conninfo, pool.kwargs or {}
         assert isinstance(conninfo, str) and isinstance(kwargs, dict)
         try:
             probe = Connection.connect(conninfo, **kwargs)
         except psycopg.OperationalError as error:
             raise connect_error(conninfo, error) from error
-        probe.close()
+        try:
+            if not self._schema_checked:
+                self._check_schema(probe)
+        finally:
+            probe.close()
 
     def _check_schema(self, connection: Connection) -> None:
         """Refuse, in one line, a schema this pyalk cannot run on. Run once:

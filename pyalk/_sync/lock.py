@@ -150,6 +150,7 @@ class Lock:
         if 0 < self.ttl < 2:
             # alk.now() counts whole seconds: a 1 s lease taken late in a second ends at once.
             raise InvalidArgument(f"ttl must be at least 2 seconds for a lock kept renewed, got {self.ttl}")
+        self._stop_keeping()  # entered again while held: one renewal task, not two
         deadline = None if self.wait is None else time.monotonic() + self.wait
         pause = _FIRST_PAUSE
         while not self.try_acquire():
