@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable
+from datetime import UTC, datetime, timedelta
 from typing import Any, overload
 
 from pyalk.errors import CodecError, InvalidArgument
@@ -85,3 +86,40 @@ def text(value: str | None, argument: str) -> str | None:
             raise CodecError(f"{argument} contains the surrogate code point U+{code:04X} at index {error.start}, "
                              "which UTF-8 cannot encode") from error
     return value
+
+
+# durations and instants ----------------------------------------------------------
+# The SQL counts whole seconds (bigint). A timedelta or a datetime with a
+# sub-second part is rounded UP to the next whole second: a delay, a ttl or a
+# run_at is never shorter or earlier than asked.
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_SECOND = timedelta(seconds=1)
+
+
+def seconds(value: int | timedelta | None, argument: str) -> int | None:
+    """A duration argument as whole seconds: an int (seconds) or a
+    :class:`~datetime.timedelta` (a sub-second part rounds up); None stays
+    None. Whether it must be positive is the SQL's rule, not this one."""
+    if isinstance(value, timedelta):
+        whole = -(-value // _SECOND)  # ceiling division of two timedeltas: an int
+        return bigint(whole, argument)
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+        raise InvalidArgument(
+            f"{argument} must be an int (seconds) or a datetime.timedelta, got {type(value).__name__} {value!r}")
+    return bigint(value, argument)
+
+
+def instant(value: int | datetime | None, argument: str) -> int | None:
+    """A point in time as unix seconds: an int (unix seconds) or an aware
+    :class:`~datetime.datetime` (a sub-second part rounds up). A naive
+    datetime is refused: its zone would be a guess."""
+    if isinstance(value, datetime):
+        if value.tzinfo is None or value.utcoffset() is None:
+            raise InvalidArgument(
+                f"{argument} must be a timezone-aware datetime (e.g. datetime.now(UTC)), got the naive {value!r}")
+        return bigint(-(-(value - _EPOCH) // _SECOND), argument)
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+        raise InvalidArgument(
+            f"{argument} must be an int (unix seconds) or an aware datetime, got {type(value).__name__} {value!r}")
+    return bigint(value, argument)

@@ -52,6 +52,7 @@ from pyalk import (
     log,
     migrate,
 )
+from pyalk.cli_schedule import Shared, add_schedule_commands
 from pyalk.errors import AlkError
 from pyalk.install import install_script, versions
 from pyalk.router import router_install
@@ -618,6 +619,10 @@ def parser() -> argparse.ArgumentParser:
                          help="only this job (repeatable); default: every dead job of the queue")
     database_options(requeue)
     requeue.set_defaults(run=cmd_requeue_dead)
+
+    shared = Shared(error=CliError, client=_client, database=_database, load=_import,
+                    json_argument=_json_argument, stamp=_stamp, is_async=_is_async)
+    add_schedule_commands(commands, database_options, shared)  # schedule, scheduler, relay
     return root
 
 

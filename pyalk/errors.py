@@ -57,6 +57,23 @@ class ClaimInTransaction(AlkError):
     transaction; claims are never tied to a business transaction."""
 
 
+class ConnectError(AlkError):
+    """The first connection to the database failed (no server at that host,
+    no such database, authentication refused, or the connect timeout ran
+    out). Raised at once; the message names the host and the database."""
+
+
+class LockNotAcquired(AlkError, TimeoutError):
+    """Entering ``with alk.lock(name, wait=...)``: another owner held the
+    lock for the whole wait."""
+
+
+class LockLost(AlkError):
+    """Leaving ``with alk.lock(...)``: a renewal found the lock taken by
+    another owner while the block ran (the lease lapsed), so the block did
+    not run exclusively."""
+
+
 #: SQLSTATE -> exception class, the single map the docs and tests check.
 BY_SQLSTATE: dict[str, type[AlkError]] = {
     cls.sqlstate: cls

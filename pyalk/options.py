@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import timedelta
 
 
 @dataclass(frozen=True, slots=True)
@@ -11,9 +12,11 @@ class QueueOpts:
 
     None leaves the choice to the SQL defaults (300 s visibility, 3 attempts,
     5 s backoff base, dead rows kept forever); the numbers live in sql/ only.
+    Durations are whole seconds (an int) or a :class:`~datetime.timedelta`
+    (a sub-second part rounds up).
     """
 
-    visibility_timeout_s: int | None = None
+    visibility_timeout_s: int | timedelta | None = None
     max_attempts: int | None = None
-    backoff_base_s: int | None = None
-    dead_letter_retention_s: int | None = None
+    backoff_base_s: int | timedelta | None = None
+    dead_letter_retention_s: int | timedelta | None = None

@@ -10,10 +10,11 @@ their own.
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from pyalk._async.executor import AsyncExecutor, Source
-from pyalk._async.lock import AsyncLock
+from pyalk._async.lock import DEFAULT_TTL, AsyncLock
 from pyalk._async.outbox import AsyncOutbox
 from pyalk._async.queue import AsyncQueue, queue_stats
 from pyalk._async.schedule import AsyncSchedules
@@ -36,12 +37,14 @@ class AsyncAlk:
     ``AsyncAlk("dbname=app")`` opens (lazily) and owns a small pool;
     ``AsyncAlk(pool)`` and ``AsyncAlk(connection)`` borrow the caller's.
     Use it as a context manager, or call :meth:`close`, to release what it owns.
+    A conninfo that cannot connect raises :class:`~pyalk.ConnectError` at the
+    first call, within ``connect_timeout`` seconds (the conninfo's own, else 10).
 
     ``executor`` runs every statement; ``schedules`` is the scheduler handle.
     """
 
-    def __init__(self, source: Source, *, max_connections: int = 4) -> None:
-        self.executor = AsyncExecutor(source, max_connections=max_connections)
+    def __init__(self, source: Source, *, max_connections: int = 4, connect_timeout: int | None = None) -> None:
+        self.executor = AsyncExecutor(source, max_connections=max_connections, connect_timeout=connect_timeout)
         self.schedules = AsyncSchedules(self.executor)
 
     async def __aenter__(self) -> AsyncAlk:
@@ -65,16 +68,20 @@ class AsyncAlk:
     def outbox(self, name: str, opts: QueueOpts | None = None) -> AsyncOutbox:
         return AsyncOutbox(self.executor, name, opts)
 
-    def lock(self, name: str, owner: str | None = None) -> AsyncLock:
-        """The lease lock ``name`` held as ``owner`` (default ``host:pid:random``);
-        nothing is taken until :meth:`AsyncLock.try_acquire`."""
-        return AsyncLock(self.executor, name, owner)
+    def lock(self, name: str, owner: str | None = None, *, ttl: int | timedelta = DEFAULT_TTL,
+             wait: float | timedelta | None = 0) -> AsyncLock:
+        """The lease lock ``name`` held as ``owner`` (default ``host:pid:random``)
+        for ``ttl`` seconds at a time. Nothing is taken until ``async with``
+        (waits up to ``wait`` seconds, renews while held, releases on exit)
+        or :meth:`AsyncLock.try_acquire`."""
+        return AsyncLock(self.executor, name, owner, ttl=ttl, wait=wait)
 
-    async def try_lock(self, name: str, owner: str, ttl: int) -> AsyncLock | None:
+    async def try_lock(self, name: str, owner: str, ttl: int | timedelta) -> AsyncLock | None:
         """Take the lease lock ``name`` for ``owner`` for ``ttl`` seconds; None
-        while another owner holds it. The lock releases on context exit."""
-        lock = self.lock(name, owner)
-        return lock if await lock.try_acquire(ttl) else None
+        while another owner holds it. Nothing renews it: use ``async with
+        alk.lock(...)`` for that, or call :meth:`AsyncLock.renew`."""
+        lock = self.lock(name, owner, ttl=ttl)
+        return lock if await lock.try_acquire() else None
 
     def worker(self, queue: str, handler: Handler, **options: Any) -> AsyncWorker:
         """A worker running ``handler`` on the jobs of ``queue``; ``options``
@@ -96,7 +103,7 @@ class AsyncAlk:
         *,
         priority: int | None = None,
         max_attempts: int | None = None,
-        expires: int | None = None,
+        expires: int | timedelta | None = None,
         payload: Any = None,
         tz: str | None = None,
         conn: AsyncConnection | None = None,
@@ -114,14 +121,19 @@ class AsyncAlk:
     async def unschedule(self, name: str, *, conn: AsyncConnection | None = None) -> bool:
         return await self.schedules.remove(name, conn=conn)
 
-    async def cron_next(self, spec: str, after: int, tz: str | None = None) -> int | None:
+    async def cron_next(self, spec: str, after: int | datetime, tz: str | None = None) -> int | None:
         return await self.schedules.cron_next(spec, after, tz)
 
-    async def tick(self, now: int | None = None, *, conn: AsyncConnection | None = None) -> list[Fired]:
+    async def tick(self, now: int | datetime | None = None, *, conn: AsyncConnection | None = None) -> list[Fired]:
         return await self.schedules.tick(now, conn=conn)
 
     async def run_schedules(
-        self, stop: AsyncStopToken, *, owner: str | None = None, lease_ttl: int = 30, poll_interval: float = 5.0
+        self,
+        stop: AsyncStopToken,
+        *,
+        owner: str | None = None,
+        lease_ttl: int | timedelta = 30,
+        poll_interval: float = 5.0,
     ) -> None:
         """Fire due schedules while this process leads (lease ``alk:scheduler``),
         until ``stop`` is cancelled; see :meth:`AsyncSchedules.run`."""

@@ -11,24 +11,30 @@ handle (queue, stream, outbox, lock, schedules) runs its SQL through one.
 from __future__ import annotations
 
 import asyncio
+import getpass
+import os
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import psycopg
 from psycopg import AsyncConnection
-from psycopg.conninfo import make_conninfo
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.pq import TransactionStatus
 from psycopg_pool import AsyncConnectionPool
 
 from pyalk import compat
 from pyalk._async.pool import AsyncReconnectingPool
-from pyalk.errors import ClaimInTransaction, translate
+from pyalk.errors import ClaimInTransaction, ConnectError, InvalidArgument, translate
 
 if TYPE_CHECKING:
     from typing import LiteralString
 
 Source = str | AsyncConnectionPool | AsyncConnection
+
+#: Seconds a connection attempt may take when neither the conninfo nor the
+#: caller says (libpq's own default is to wait for ever).
+DEFAULT_CONNECT_TIMEOUT = 10
 
 # The pool's connect kwargs mix libpq parameters with psycopg's own options.
 _PSYCOPG_OPTIONS = {"autocommit", "prepare_threshold", "context", "row_factory", "cursor_factory"}
@@ -43,15 +49,58 @@ def raise_translated(error: psycopg.Error) -> NoReturn:
     raise translated from error
 
 
+def _connect_timeout(conninfo: str, timeout: int | None) -> int:
+    """The connect timeout in seconds: the argument, else the conninfo's
+    ``connect_timeout``, else :data:`DEFAULT_CONNECT_TIMEOUT`."""
+    if timeout is None:
+        try:
+            given = conninfo_to_dict(conninfo).get("connect_timeout")
+            return int(float(given)) if given not in (None, "") else DEFAULT_CONNECT_TIMEOUT
+        except (psycopg.ProgrammingError, ValueError):  # a bad conninfo: connecting says why
+            return DEFAULT_CONNECT_TIMEOUT
+    if isinstance(timeout, bool) or not isinstance(timeout, int) or timeout < 1:
+        raise InvalidArgument(f"connect_timeout must be a whole number of seconds >= 1, got {timeout!r}")
+    return timeout
+
+
+def connect_error(conninfo: str, error: psycopg.OperationalError) -> ConnectError:
+    """A :class:`ConnectError` naming where the connection went (host, port,
+    database, user, as libpq resolves them from the conninfo and PG*
+    variables) and libpq's first line of why it failed."""
+    params = conninfo_to_dict(conninfo)
+
+    def param(key: str, variable: str, default: str) -> str:
+        return str(params.get(key) or os.environ.get(variable) or default)
+
+    try:
+        login = getpass.getuser()
+    except (OSError, KeyError):
+        login = "the login user"
+    user = param("user", "PGUSER", login)
+    where = (f"host={param('host', 'PGHOST', 'the default socket directory')} port={param('port', 'PGPORT', '5432')} "
+             f"dbname={param('dbname', 'PGDATABASE', user)} user={user}")
+    # libpq's first line reads "connection failed: connection to server on
+    # socket "..." failed: FATAL:  <why>"; the where is said above, keep the why.
+    first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    why = first.rpartition("failed: ")[2].removeprefix("FATAL:").strip() or first
+    return ConnectError(f"cannot connect to PostgreSQL at {where}: {why}")
+
+
 class AsyncExecutor:
     """Runs statements on one connection source.
 
     ``AsyncExecutor("dbname=app")`` opens (lazily) and owns a small pool;
     ``AsyncExecutor(pool)`` and ``AsyncExecutor(connection)`` borrow the
     caller's. :meth:`close` releases what it owns.
+
+    An owned pool opens only after one direct connection succeeded, so a
+    bad conninfo raises :class:`~pyalk.ConnectError` at once (within
+    ``connect_timeout`` seconds: the conninfo's own, else 10) instead of a
+    pool retrying in the background; later connection losses are the
+    pool's to recover from.
     """
 
-    def __init__(self, source: Source, *, max_connections: int = 4) -> None:
+    def __init__(self, source: Source, *, max_connections: int = 4, connect_timeout: int | None = None) -> None:
         self._conn: AsyncConnection | None = None
         self._pool: AsyncConnectionPool | None = None
         self._owns_pool = False
@@ -65,7 +114,7 @@ class AsyncExecutor:
                 source,
                 min_size=1,
                 max_size=max_connections,
-                kwargs={"autocommit": True},
+                kwargs={"autocommit": True, "connect_timeout": _connect_timeout(source, connect_timeout)},
                 open=False,
             )
             self._owns_pool = True
@@ -128,10 +177,27 @@ class AsyncExecutor:
         if not self._pool_opened:
             async with self._open_lock:
                 if not self._pool_opened:
+                    await self._first_connection(self._pool)
                     await self._pool.open()
                     self._pool_opened = True
         async with self._pool.connection() as pooled:
             yield pooled
+
+    async def _first_connection(self, pool: AsyncConnectionPool) -> None:
+        """Connect once directly with the pool's settings (the pool itself
+        would retry in the background, logging, until its 30 s timeout), and
+        check the schema on that connection while it is open."""
+        conninfo, kwargs = pool.conninfo, pool.kwargs or {}
+        assert isinstance(conninfo, str) and isinstance(kwargs, dict)
+        try:
+            probe = await AsyncConnection.connect(conninfo, **kwargs)
+        except psycopg.OperationalError as error:
+            raise connect_error(conninfo, error) from error
+        try:
+            if not self._schema_checked:
+                await self._check_schema(probe)
+        finally:
+            await probe.close()
 
     async def _check_schema(self, connection: AsyncConnection) -> None:
         """Refuse, in one line, a schema this pyalk cannot run on. Run once:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Iterable
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from pyalk import _codec
@@ -71,11 +72,11 @@ class AsyncOutbox:
         self,
         payload: Any,
         *,
-        delay: int | None = None,
-        run_at: int | None = None,
+        delay: int | timedelta | None = None,
+        run_at: int | datetime | None = None,
         priority: int | None = None,
         max_attempts: int | None = None,
-        expires: int | None = None,
+        expires: int | timedelta | None = None,
         dedup_key: str | None = None,
         conn: AsyncConnection | None = None,
     ) -> int:
@@ -94,11 +95,11 @@ class AsyncOutbox:
         self,
         payloads: Iterable[Any],
         *,
-        delay: int | None = None,
-        run_at: int | None = None,
+        delay: int | timedelta | None = None,
+        run_at: int | datetime | None = None,
         priority: int | None = None,
         max_attempts: int | None = None,
-        expires: int | None = None,
+        expires: int | timedelta | None = None,
         conn: AsyncConnection | None = None,
     ) -> list[int]:
         """Write many messages in one round trip; their job ids in input order."""

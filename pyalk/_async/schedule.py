@@ -29,6 +29,7 @@ import builtins
 import logging
 import math
 import time
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import psycopg
@@ -107,7 +108,7 @@ class AsyncSchedules:
         *,
         priority: int | None = None,
         max_attempts: int | None = None,
-        expires: int | None = None,
+        expires: int | timedelta | None = None,
         payload: Any = None,
         tz: str | None = None,
         conn: AsyncConnection | None = None,
@@ -119,7 +120,7 @@ class AsyncSchedules:
             "queue": _codec.text(queue, "queue"),
             "priority": _codec.bigint(priority, "priority"),
             "max_attempts": _codec.bigint(max_attempts, "max_attempts"),
-            "expires": _codec.bigint(expires, "expires"),
+            "expires": _codec.seconds(expires, "expires"),
             # None is "no payload" (the fired job says "payload": null either way).
             "payload": None if payload is None else _codec.payload(payload),
             "tz": _codec.text(tz, "tz"),
@@ -141,23 +142,30 @@ class AsyncSchedules:
         params = {"name": _codec.text(name, "name")}
         return bool(await self.executor.value(_UNSCHEDULE, params, conn=conn, transactional=True))
 
-    async def cron_next(self, spec: str, after: int, tz: str | None = None) -> int | None:
+    async def cron_next(self, spec: str, after: int | datetime, tz: str | None = None) -> int | None:
         """``alk.cron_next``: the first fire strictly after ``after`` (None:
         none up to 9999-12-31T23:59:59Z)."""
         params = {
-            "spec": _codec.text(spec, "spec"), "after": _codec.bigint(after, "after"), "tz": _codec.text(tz, "tz"),
+            "spec": _codec.text(spec, "spec"), "after": _codec.instant(after, "after"), "tz": _codec.text(tz, "tz"),
         }
         value = await self.executor.value(_CRON_NEXT, params, transactional=True)
         return None if value is None else int(value)
 
-    async def tick(self, now: int | None = None, *, conn: AsyncConnection | None = None) -> builtins.list[Fired]:
+    async def tick(
+        self, now: int | datetime | None = None, *, conn: AsyncConnection | None = None
+    ) -> builtins.list[Fired]:
         """``alk.tick``: fire every due schedule (at ``now``, default the
         clock); one :class:`Fired` per job, by schedule name then boundary."""
-        rows = await self.executor.rows(_TICK, {"now": _codec.bigint(now, "now")}, conn=conn, transactional=True)
+        rows = await self.executor.rows(_TICK, {"now": _codec.instant(now, "now")}, conn=conn, transactional=True)
         return [fired_from_row(row) for row in rows]
 
     async def run(
-        self, stop: AsyncStopToken, *, owner: str | None = None, lease_ttl: int = 30, poll_interval: float = 5.0
+        self,
+        stop: AsyncStopToken,
+        *,
+        owner: str | None = None,
+        lease_ttl: int | timedelta = 30,
+        poll_interval: float = 5.0,
     ) -> None:
         """The leader loop: fire schedules on time while this process leads;
         see :func:`run_schedules`."""
@@ -215,7 +223,7 @@ async def run_schedules(
     stop: AsyncStopToken,
     *,
     owner: str | None = None,
-    lease_ttl: int = 30,
+    lease_ttl: int | timedelta = 30,
     poll_interval: float = 5.0,
 ) -> None:
     """Fire schedules on time while this process leads; return when ``stop``
@@ -235,7 +243,7 @@ async def run_schedules(
     """
     owner = default_owner() if owner is None else _codec.text(owner, "owner")
     assert owner is not None
-    ttl = _codec.bigint(lease_ttl, "lease_ttl")  # the server refuses a ttl <= 0 (LK002) at the first attempt
+    ttl = _codec.seconds(lease_ttl, "lease_ttl")  # the server refuses a ttl <= 0 (LK002) at the first attempt
     if isinstance(poll_interval, bool) or not isinstance(poll_interval, int | float) or not poll_interval > 0:
         raise InvalidArgument(f"poll_interval must be a number of seconds > 0, got {poll_interval!r}")
     assert ttl is not None

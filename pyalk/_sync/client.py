@@ -11,10 +11,11 @@ their own.
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from pyalk._sync.executor import Executor, Source
-from pyalk._sync.lock import Lock
+from pyalk._sync.lock import DEFAULT_TTL, Lock
 from pyalk._sync.outbox import Outbox
 from pyalk._sync.queue import Queue, queue_stats
 from pyalk._sync.schedule import Schedules
@@ -37,12 +38,14 @@ class Alk:
     ``Alk("dbname=app")`` opens (lazily) and owns a small pool;
     ``Alk(pool)`` and ``Alk(connection)`` borrow the caller's.
     Use it as a context manager, or call :meth:`close`, to release what it owns.
+    A conninfo that cannot connect raises :class:`~pyalk.ConnectError` at the
+    first call, within ``connect_timeout`` seconds (the conninfo's own, else 10).
 
     ``executor`` runs every statement; ``schedules`` is the scheduler handle.
     """
 
-    def __init__(self, source: Source, *, max_connections: int = 4) -> None:
-        self.executor = Executor(source, max_connections=max_connections)
+    def __init__(self, source: Source, *, max_connections: int = 4, connect_timeout: int | None = None) -> None:
+        self.executor = Executor(source, max_connections=max_connections, connect_timeout=connect_timeout)
         self.schedules = Schedules(self.executor)
 
     def __enter__(self) -> Alk:
@@ -66,16 +69,20 @@ class Alk:
     def outbox(self, name: str, opts: QueueOpts | None = None) -> Outbox:
         return Outbox(self.executor, name, opts)
 
-    def lock(self, name: str, owner: str | None = None) -> Lock:
-        """The lease lock ``name`` held as ``owner`` (default ``host:pid:random``);
-        nothing is taken until :meth:`Lock.try_acquire`."""
-        return Lock(self.executor, name, owner)
+    def lock(self, name: str, owner: str | None = None, *, ttl: int | timedelta = DEFAULT_TTL,
+             wait: float | timedelta | None = 0) -> Lock:
+        """The lease lock ``name`` held as ``owner`` (default ``host:pid:random``)
+        for ``ttl`` seconds at a time. Nothing is taken until ``with``
+        (waits up to ``wait`` seconds, renews while held, releases on exit)
+        or :meth:`Lock.try_acquire`."""
+        return Lock(self.executor, name, owner, ttl=ttl, wait=wait)
 
-    def try_lock(self, name: str, owner: str, ttl: int) -> Lock | None:
+    def try_lock(self, name: str, owner: str, ttl: int | timedelta) -> Lock | None:
         """Take the lease lock ``name`` for ``owner`` for ``ttl`` seconds; None
-        while another owner holds it. The lock releases on context exit."""
-        lock = self.lock(name, owner)
-        return lock if lock.try_acquire(ttl) else None
+        while another owner holds it. Nothing renews it: use ``with
+        alk.lock(...)`` for that, or call :meth:`Lock.renew`."""
+        lock = self.lock(name, owner, ttl=ttl)
+        return lock if lock.try_acquire() else None
 
     def worker(self, queue: str, handler: Handler, **options: Any) -> Worker:
         """A worker running ``handler`` on the jobs of ``queue``; ``options``
@@ -97,7 +104,7 @@ class Alk:
         *,
         priority: int | None = None,
         max_attempts: int | None = None,
-        expires: int | None = None,
+        expires: int | timedelta | None = None,
         payload: Any = None,
         tz: str | None = None,
         conn: Connection | None = None,
@@ -115,14 +122,19 @@ class Alk:
     def unschedule(self, name: str, *, conn: Connection | None = None) -> bool:
         return self.schedules.remove(name, conn=conn)
 
-    def cron_next(self, spec: str, after: int, tz: str | None = None) -> int | None:
+    def cron_next(self, spec: str, after: int | datetime, tz: str | None = None) -> int | None:
         return self.schedules.cron_next(spec, after, tz)
 
-    def tick(self, now: int | None = None, *, conn: Connection | None = None) -> list[Fired]:
+    def tick(self, now: int | datetime | None = None, *, conn: Connection | None = None) -> list[Fired]:
         return self.schedules.tick(now, conn=conn)
 
     def run_schedules(
-        self, stop: StopToken, *, owner: str | None = None, lease_ttl: int = 30, poll_interval: float = 5.0
+        self,
+        stop: StopToken,
+        *,
+        owner: str | None = None,
+        lease_ttl: int | timedelta = 30,
+        poll_interval: float = 5.0,
     ) -> None:
         """Fire due schedules while this process leads (lease ``alk:scheduler``),
         until ``stop`` is cancelled; see :meth:`Schedules.run`."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Iterable
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from pyalk import _codec
@@ -72,11 +73,11 @@ class Outbox:
         self,
         payload: Any,
         *,
-        delay: int | None = None,
-        run_at: int | None = None,
+        delay: int | timedelta | None = None,
+        run_at: int | datetime | None = None,
         priority: int | None = None,
         max_attempts: int | None = None,
-        expires: int | None = None,
+        expires: int | timedelta | None = None,
         dedup_key: str | None = None,
         conn: Connection | None = None,
     ) -> int:
@@ -95,11 +96,11 @@ class Outbox:
         self,
         payloads: Iterable[Any],
         *,
-        delay: int | None = None,
-        run_at: int | None = None,
+        delay: int | timedelta | None = None,
+        run_at: int | datetime | None = None,
         priority: int | None = None,
         max_attempts: int | None = None,
-        expires: int | None = None,
+        expires: int | timedelta | None = None,
         conn: Connection | None = None,
     ) -> list[int]:
         """Write many messages in one round trip; their job ids in input order."""

@@ -11,6 +11,7 @@ the SQL; this module only encodes arguments and decodes rows.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from pyalk import _codec
@@ -67,24 +68,24 @@ QUEUE_CHANNEL = "SELECT alk.queue_channel(%(queue)s)"
 def enqueue_params(
     queue: str,
     opts: QueueOpts,
-    delay: int | None,
-    run_at: int | None,
+    delay: int | timedelta | None,
+    run_at: int | datetime | None,
     priority: int | None,
     max_attempts: int | None,
-    expires: int | None,
+    expires: int | timedelta | None,
 ) -> dict[str, Any]:
     """The parameters of ENQUEUE_OPTIONS (and ``queue``): the per-call options,
     then the stamps of ``opts``; the outbox binds its enqueue with them too."""
     return {
         "queue": queue,
-        "delay": _codec.bigint(delay, "delay"),
-        "run_at": _codec.bigint(run_at, "run_at"),
+        "delay": _codec.seconds(delay, "delay"),
+        "run_at": _codec.instant(run_at, "run_at"),
         "priority": _codec.bigint(priority, "priority"),
         "max_attempts": _codec.bigint(max_attempts if max_attempts is not None else opts.max_attempts, "max_attempts"),
-        "expires": _codec.bigint(expires, "expires"),
-        "visibility_timeout_s": _codec.bigint(opts.visibility_timeout_s, "visibility_timeout_s"),
-        "backoff_base_s": _codec.bigint(opts.backoff_base_s, "backoff_base_s"),
-        "dead_letter_retention_s": _codec.bigint(opts.dead_letter_retention_s, "dead_letter_retention_s"),
+        "expires": _codec.seconds(expires, "expires"),
+        "visibility_timeout_s": _codec.seconds(opts.visibility_timeout_s, "visibility_timeout_s"),
+        "backoff_base_s": _codec.seconds(opts.backoff_base_s, "backoff_base_s"),
+        "dead_letter_retention_s": _codec.seconds(opts.dead_letter_retention_s, "dead_letter_retention_s"),
     }
 
 
@@ -109,11 +110,11 @@ class Queue:
         self,
         payload: Any,
         *,
-        delay: int | None = None,
-        run_at: int | None = None,
+        delay: int | timedelta | None = None,
+        run_at: int | datetime | None = None,
         priority: int | None = None,
         max_attempts: int | None = None,
-        expires: int | None = None,
+        expires: int | timedelta | None = None,
         dedup_key: str | None = None,
         conn: Connection | None = None,
     ) -> int:
@@ -131,11 +132,11 @@ class Queue:
         self,
         payloads: Iterable[Any],
         *,
-        delay: int | None = None,
-        run_at: int | None = None,
+        delay: int | timedelta | None = None,
+        run_at: int | datetime | None = None,
         priority: int | None = None,
         max_attempts: int | None = None,
-        expires: int | None = None,
+        expires: int | timedelta | None = None,
         dedup_keys: Iterable[str | None] | None = None,
         conn: Connection | None = None,
     ) -> list[int]:
@@ -364,9 +365,9 @@ class JobHandle:
             )
         )
 
-    def retry(self, err: str | None = None, delay: int | None = None) -> bool:
+    def retry(self, err: str | None = None, delay: int | timedelta | None = None) -> bool:
         """Back to pending after ``delay`` seconds, or the row's backoff curve."""
-        params = self._params(err=_codec.text(err, "err"), delay=_codec.bigint(delay, "delay"))
+        params = self._params(err=_codec.text(err, "err"), delay=_codec.seconds(delay, "delay"))
         return bool(
             self.executor.value(
                 "SELECT alk.retry(%(job_id)s, %(worker_id)s, %(attempt)s, %(err)s, %(delay)s::bigint, %(queue)s)",
@@ -383,9 +384,9 @@ class JobHandle:
             )
         )
 
-    def heartbeat(self, extend: int | None = None) -> bool:
+    def heartbeat(self, extend: int | timedelta | None = None) -> bool:
         """Extend the lease to now + ``extend`` seconds (the row's visibility timeout when None)."""
-        params = self._params(extend=_codec.bigint(extend, "extend"))
+        params = self._params(extend=_codec.seconds(extend, "extend"))
         return bool(
             self.executor.value(
                 "SELECT alk.heartbeat(%(job_id)s, %(worker_id)s, %(attempt)s, %(extend)s::bigint, %(queue)s)",

@@ -1,15 +1,20 @@
 """The lock wrapper: try_lock returns a lock or None, the lock renews,
 releases, and releases on context exit; the SQL's refusals map to pyalk's
-errors."""
+errors. The context manager form (``alk.lock(name, ttl=, wait=)``) waits for a
+held lock, renews in the background across several ttl periods on the real
+clock, releases on exit and reports a lock lost meanwhile."""
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import AsyncIterator
+from datetime import timedelta
 
 import psycopg
 import pytest
 
-from pyalk import AsyncAlk, AsyncLock, InvalidArgument, InvalidName
+from pyalk import AsyncAlk, AsyncLock, InvalidArgument, InvalidName, LockLost, LockNotAcquired
 
 NOW = 1_700_000_000
 
@@ -89,8 +94,10 @@ async def test_a_lost_lock_cannot_renew_or_release(alk, conn, db):
     assert thief is not None
     assert await lock.expires_at() is None
     assert await lock.renew(60) is False
-    async with lock:
-        pass  # exiting releases nothing that is not a's
+    refused = r"lock 'report' not acquired within 0s \(held by 'b' until 1700000120\)"
+    with pytest.raises(LockNotAcquired, match=refused):
+        async with lock:
+            pass
     assert holder(db, "report") == ("b", NOW + 120)
     assert await thief.release() is True
     assert await thief.expires_at() is None
@@ -166,3 +173,93 @@ async def test_a_lock_handle_without_owner_is_its_own_contender(alk, db):
     assert first.owner != second.owner
     assert await first.try_acquire(60) is True
     assert await second.try_acquire(60) is False
+
+
+# the context manager on the real clock ------------------------------------------------
+
+
+@pytest.fixture
+async def live(dsn: str) -> AsyncIterator[AsyncAlk]:
+    """A client on its own pool and the server's real clock."""
+    async with AsyncAlk(dsn) as client:
+        yield client
+
+
+async def test_the_context_manager_renews_across_several_ttls_and_releases(live, db):
+    async with live.lock("report", "a", ttl=2) as lock:
+        first = holder(db, "report")
+        assert first is not None and first[0] == "a"
+        # Hold for three lease periods: a contender never gets in.
+        end = time.monotonic() + 6
+        while time.monotonic() < end:
+            assert await live.lock("report", "b", ttl=2).try_acquire() is False
+            await asyncio.sleep(0.1)
+        now = holder(db, "report")
+        assert now is not None and now[0] == "a" and now[1] >= first[1] + 4
+        assert lock.lost is False
+    assert holder(db, "report") is None
+
+
+async def test_a_held_lock_makes_the_waiter_raise_after_its_wait(live, db):
+    async with live.lock("report", "a", ttl=30):
+        started = time.monotonic()
+        with pytest.raises(LockNotAcquired, match=r"lock 'report' not acquired within 0\.4s \(held by 'a' until"):
+            async with live.lock("report", "b", ttl=30, wait=timedelta(milliseconds=400)):
+                raise AssertionError("entered a lock another owner holds")
+        assert 0.4 <= time.monotonic() - started < 3
+        assert holder(db, "report") is not None and holder(db, "report")[0] == "a"  # type: ignore[index]
+    assert holder(db, "report") is None
+
+
+async def test_a_waiter_takes_the_lock_once_the_holder_lets_it_lapse(live, db):
+    crashed = live.lock("report", "crashed", ttl=1)
+    assert await crashed.try_acquire() is True  # and never renews: a holder that died
+    started = time.monotonic()
+    async with live.lock("report", "b", ttl=30, wait=10):
+        assert holder(db, "report") is not None and holder(db, "report")[0] == "b"  # type: ignore[index]
+        assert time.monotonic() - started < 5
+    assert holder(db, "report") is None
+
+
+async def test_a_lock_lost_while_held_raises_on_exit(live, db):
+    with pytest.raises(LockLost, match="lock 'report' was lost while held by 'a'"):
+        async with live.lock("report", "a", ttl=2) as lock:
+            # Someone frees it by hand and takes it: the next renewal finds it gone.
+            db.execute("SELECT alk.release_lock('report', 'a'), alk.try_lock('report', 'thief', 60)")
+            end = time.monotonic() + 30
+            while not lock.lost and time.monotonic() < end:
+                await asyncio.sleep(0.01)
+            assert lock.lost
+    assert holder(db, "report") is not None and holder(db, "report")[0] == "thief"  # type: ignore[index]
+
+
+async def test_an_error_in_the_block_is_not_masked_by_a_lost_lock(live, db):
+    with pytest.raises(Boom):
+        async with live.lock("report", "a", ttl=2) as lock:
+            db.execute("SELECT alk.release_lock('report', 'a'), alk.try_lock('report', 'thief', 60)")
+            end = time.monotonic() + 30
+            while not lock.lost and time.monotonic() < end:
+                await asyncio.sleep(0.01)
+            raise Boom
+
+
+async def test_releasing_by_hand_inside_the_block_stops_the_renewal(live, db):
+    async with live.lock("report", "a", ttl=2) as lock:
+        assert await lock.release() is True
+        assert await live.lock("report", "b", ttl=60).try_acquire() is True
+    assert holder(db, "report") is not None and holder(db, "report")[0] == "b"  # type: ignore[index]
+
+
+async def test_ttl_and_wait_take_timedeltas_and_bad_ones_are_refused(alk, db):
+    lock = alk.lock("report", "a", ttl=timedelta(minutes=1, milliseconds=1))
+    assert lock.ttl == 61  # a sub-second part rounds up
+    with pytest.raises(InvalidArgument, match="ttl must be at least 2 seconds for a lock kept renewed, got 1"):
+        async with alk.lock("report", ttl=1):
+            pass
+    with pytest.raises(InvalidArgument, match="wait must be a finite number of seconds >= 0"):
+        alk.lock("report", wait=-1)
+    with pytest.raises(InvalidArgument, match=r"ttl must be an int \(seconds\) or a datetime\.timedelta, got float"):
+        alk.lock("report", ttl=1.5)  # type: ignore[arg-type]
+    async with alk.lock("report", "a", ttl=timedelta(seconds=90)):
+        assert holder(db, "report") == ("a", NOW + 90)
+    assert holder(db, "report") is None
