@@ -212,6 +212,10 @@ async def _listen_bare(dsn: str, channel_sql: str) -> None:
         row = await (await conn.execute(channel_sql)).fetchone()  # type: ignore[arg-type]
         assert row is not None
         await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(row[0])))
+        if "queue_channel" in channel_sql:
+            # Enqueues notify advertised idle workers only (docs/design.md): the
+            # floor advertises once and stays advertised.
+            await conn.execute("SELECT alk.wait_for_jobs('wake', 'floor')")
         _emit("ready")
         seq = 0
         async for _notify in conn.notifies():
@@ -235,6 +239,7 @@ async def _listen_claim(dsn: str) -> None:
         row = await (await listen.execute("SELECT alk.queue_channel('wake')")).fetchone()
         assert row is not None
         await listen.execute(sql.SQL("LISTEN {}").format(sql.Identifier(row[0])))
+        await listen.execute("SELECT alk.wait_for_jobs('wake', 'probe')")  # stays advertised: every enqueue wakes it
         claim = "SELECT id, attempts, payload FROM alk.claim('wake', 'probe', 1)"
         for _ in range(3):
             await conn.execute(claim, prepare=True)  # prepared before the first wake
