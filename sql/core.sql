@@ -259,7 +259,7 @@ RETURNS record
 LANGUAGE sql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT (SELECT max(v.version_num)::text FROM alk.alembic_version v), '0008'::text
+    SELECT (SELECT max(v.version_num)::text FROM alk.alembic_version v), '0009'::text
 $$;
 COMMENT ON FUNCTION alk.schema_info() IS
 'The installed schema version and breaking_since, the newest version that older clients cannot run on. '
