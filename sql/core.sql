@@ -8,7 +8,7 @@
 -- The schema, the clock, the error helper, name validation and saturating
 -- stamp arithmetic, and alk.schema_info (landed in 0008).
 --
--- Conventions every later version follows:
+-- Conventions every mechanism (and every version file) follows:
 --   * public functions are SECURITY DEFINER with a pinned search_path, so the
 --     tables stay private and EXECUTE on the functions is the whole API;
 --   * every object is schema-qualified inside a body; names are data;

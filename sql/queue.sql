@@ -87,7 +87,7 @@ ALTER TABLE alk.jobs SET (
 -- The validity predicate of every op on a claimed job (ack, retry, fail,
 -- heartbeat): processing, held by this worker, under the same claim (attempt
 -- is the fencing token the claim returned; NULL skips that check), lease not
--- lapsed (claim_expires_at >= now). Inlinable (see alk.now in 0001): it
+-- lapsed (claim_expires_at >= now). Inlinable (see alk.now in core.sql): it
 -- becomes part of each op's WHERE clause, next to the id's index probe.
 CREATE FUNCTION alk._holds(job alk.jobs, worker_id text, attempt bigint, clock bigint)
 RETURNS boolean
@@ -605,7 +605,7 @@ COMMENT ON FUNCTION alk.sweep_expired(text) IS
 --   * alk.list_jobs(queue, state, n, after_id): inspection, paged by id;
 --   * alk.requeue_dead(queue, job_ids): dead jobs back to pending.
 --
--- Wake-ups are the queue's own (0002): every enqueue notifies
+-- Wake-ups are the queue's own (above): every enqueue notifies
 -- alk.queue_channel(queue) at commit. These add what a worker does
 -- with them: when to claim next, stats, inspection and redrive.
 

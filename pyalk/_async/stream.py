@@ -20,11 +20,12 @@ import psycopg
 from psycopg import AsyncConnection, sql
 
 from pyalk import _codec
-from pyalk.errors import InvalidArgument, translate
+from pyalk._async.executor import raise_translated
+from pyalk.errors import InvalidArgument
 from pyalk.stream_event import STREAM_EVENT_COLUMNS, StreamEvent, stream_event_from_row
 
 if TYPE_CHECKING:
-    from pyalk._async.client import AsyncAlk
+    from pyalk._async.executor import AsyncExecutor
 
 logger = logging.getLogger("pyalk.stream")
 
@@ -52,8 +53,8 @@ _BACKOFF_MAX = 5.0
 class AsyncStream:
     """One stream, by name. Cheap to create: it holds no connection."""
 
-    def __init__(self, alk: AsyncAlk, name: str) -> None:
-        self._alk = alk
+    def __init__(self, executor: AsyncExecutor, name: str) -> None:
+        self.executor = executor
         self.name = _codec.text(name, "stream")
 
     def __repr__(self) -> str:
@@ -63,7 +64,7 @@ class AsyncStream:
         """Append one event and return its offset (``conn``: inside the caller's
         transaction, which then holds the stream's publish lock until it ends)."""
         params = {"stream": self.name, "payload": _codec.payload(payload), "key": _codec.text(key, "key")}
-        return int(await self._alk._value(_PUBLISH, params, conn=conn, transactional=True))
+        return int(await self.executor.value(_PUBLISH, params, conn=conn, transactional=True))
 
     async def publish_with_key(self, key: str | None, payload: Any, *, conn: AsyncConnection | None = None) -> int:
         """:meth:`publish` with the key first (CONTRACT §2's spelling)."""
@@ -83,7 +84,7 @@ class AsyncStream:
             "payloads": _codec.payloads(payloads),
             "keys": None if keys is None else [_codec.text(key, f"keys[{i}]") for i, key in enumerate(keys)],
         }
-        rows = await self._alk._rows(_PUBLISH_BATCH, params, conn=conn, transactional=True)
+        rows = await self.executor.rows(_PUBLISH_BATCH, params, conn=conn, transactional=True)
         return [row[0] for row in rows]
 
     async def read_since(
@@ -95,7 +96,7 @@ class AsyncStream:
             "after_offset": _codec.bigint(after_offset, "after_offset"),
             "n": _codec.bigint(n, "n"),
         }
-        rows = await self._alk._rows(_READ_SINCE, params, conn=conn, transactional=True)
+        rows = await self.executor.rows(_READ_SINCE, params, conn=conn, transactional=True)
         return [stream_event_from_row(row) for row in rows]
 
     async def read_from_consumer(
@@ -103,7 +104,7 @@ class AsyncStream:
     ) -> list[StreamEvent]:
         """Up to ``n`` events after the consumer's saved checkpoint."""
         params = {"stream": self.name, "consumer": _codec.text(consumer, "consumer"), "n": _codec.bigint(n, "n")}
-        rows = await self._alk._rows(_READ_FROM_CONSUMER, params, conn=conn, transactional=True)
+        rows = await self.executor.rows(_READ_FROM_CONSUMER, params, conn=conn, transactional=True)
         return [stream_event_from_row(row) for row in rows]
 
     async def save_offset(self, consumer: str, offset: int, *, conn: AsyncConnection | None = None) -> bool:
@@ -114,21 +115,21 @@ class AsyncStream:
             "consumer": _codec.text(consumer, "consumer"),
             "at_offset": _codec.bigint(offset, "offset"),
         }
-        return bool(await self._alk._value(_SAVE_OFFSET, params, conn=conn, transactional=True))
+        return bool(await self.executor.value(_SAVE_OFFSET, params, conn=conn, transactional=True))
 
     async def get_offset(self, consumer: str, *, conn: AsyncConnection | None = None) -> int:
         """The consumer's saved checkpoint, 0 when none was saved."""
         params = {"stream": self.name, "consumer": _codec.text(consumer, "consumer")}
-        return int(await self._alk._value(_GET_OFFSET, params, conn=conn, transactional=True))
+        return int(await self.executor.value(_GET_OFFSET, params, conn=conn, transactional=True))
 
     async def trim_to(self, horizon: int) -> int:
         """Delete events at offsets <= ``horizon``; how many went."""
         params = {"stream": self.name, "horizon": _codec.bigint(horizon, "horizon")}
-        return int(await self._alk._value(_TRIM_TO, params, transactional=True))
+        return int(await self.executor.value(_TRIM_TO, params, transactional=True))
 
     async def channel(self) -> str:
         """The LISTEN channel publish notifies for this stream (``alk.stream_channel``)."""
-        return str(await self._alk._value(_CHANNEL, {"stream": self.name}, transactional=True))
+        return str(await self.executor.value(_CHANNEL, {"stream": self.name}, transactional=True))
 
     def subscribe(
         self,
@@ -317,7 +318,7 @@ class AsyncSubscription:
         if self._listener is not None and not self._listener.closed:
             return self._listener
         assert self._channel is not None
-        listener = await AsyncConnection.connect(self.stream._alk._listen_conninfo(), autocommit=True)
+        listener = await AsyncConnection.connect(self.stream.executor.listen_conninfo(), autocommit=True)
         try:
             await listener.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self._channel)))
         except BaseException:
@@ -365,10 +366,7 @@ class AsyncSubscription:
         except psycopg.OperationalError as error:
             await self._lost(error)
         except psycopg.Error as error:
-            translated = translate(error)
-            if translated is error:
-                raise
-            raise translated from error
+            raise_translated(error)
 
     async def _lost(self, error: Exception) -> None:
         logger.warning(

@@ -1,7 +1,5 @@
 """The worker runtime: claim jobs of one queue, run a handler on each, settle
-the outcome; plus the bindings of the queue observability functions
-(alk.queue_stats, alk.next_claim_at, alk.list_jobs, alk.requeue_dead,
-alk.queue_channel).
+the outcome. (The queue functions it calls are bound in queue.py.)
 
 Every queue rule (claim order, leases, fencing, backoff, burial) is the SQL's
 (sql/versions/0002_queue.sql, 0007_worker.sql); the worker only decides when
@@ -38,24 +36,21 @@ import secrets
 import socket
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from psycopg import AsyncConnection, sql
 
 from pyalk import _codec
-from pyalk._async.queue import AsyncJobHandle, AsyncQueue
-from pyalk.job import JOB_COLUMNS, Job, job_from_row
+from pyalk._async.queue import QUEUE_CHANNEL, AsyncJobHandle, AsyncQueue
+from pyalk.job import Job
 from pyalk.worker_runtime import AsyncEvent, AsyncPool, AsyncRuntime, AsyncSignals, AsyncTask
 from pyalk.worker_types import (
-    QUEUE_STATS_COLUMNS,
     TRANSIENT_ERRORS,
     PermanentError,
-    QueueStats,
     WorkerCounts,
     error_text,
-    queue_stats_from_row,
 )
 
 if TYPE_CHECKING:
@@ -68,62 +63,6 @@ Handler = Callable[[AsyncJobHandle], Awaitable[Any]]
 
 #: Most ids one alk.ack_batch call carries.
 ACK_BATCH_MAX = 1000
-
-_NEXT_CLAIM = "SELECT alk.next_claim_at(%(queue)s)"
-#: next_claim_at with the clock it was computed on: alk.now() (whole seconds,
-#: maybe pinned) and the server's wall clock (sub-second, for a precise sleep).
-_NEXT_CLAIM_HINT = (
-    "SELECT alk.next_claim_at(%(queue)s), alk.now(), extract(epoch FROM pg_catalog.clock_timestamp())::float8"
-)
-_QUEUE_STATS = "SELECT " + QUEUE_STATS_COLUMNS + " FROM alk.queue_stats(%(queue)s)"
-_LIST_JOBS = (
-    "SELECT " + JOB_COLUMNS + " FROM alk.list_jobs(%(queue)s, %(state)s, %(n)s::bigint, %(after_id)s::bigint)"
-)
-_REQUEUE_DEAD = "SELECT alk.requeue_dead(%(queue)s, %(job_ids)s::bigint[])"
-_QUEUE_CHANNEL = "SELECT alk.queue_channel(%(queue)s)"
-
-
-# bindings --------------------------------------------------------------------
-
-
-async def queue_stats(alk: AsyncAlk, queue: str | None = None) -> list[QueueStats]:
-    """``alk.queue_stats``: one row per queue holding jobs, or only ``queue``."""
-    rows = await alk._rows(_QUEUE_STATS, {"queue": _codec.text(queue, "queue")})
-    return [queue_stats_from_row(row) for row in rows]
-
-
-async def next_claim_at(alk: AsyncAlk, queue: str) -> int | None:
-    """``alk.next_claim_at``: when a claim on ``queue`` can next return a job
-    (now when one is claimable), or None when nothing is waiting or running."""
-    value = await alk._value(_NEXT_CLAIM, {"queue": _codec.text(queue, "queue")})
-    return None if value is None else int(value)
-
-
-async def list_jobs(
-    alk: AsyncAlk, queue: str, state: str | None = None, *, limit: int = 100, after_id: int | None = None
-) -> list[Job]:
-    """``alk.list_jobs``: up to ``limit`` jobs of ``queue`` in id order, in one
-    state or any, after ``after_id`` (keyset paging)."""
-    params = {
-        "queue": _codec.text(queue, "queue"),
-        "state": _codec.text(state, "state"),
-        "n": _codec.bigint(limit, "limit"),
-        "after_id": _codec.bigint(after_id, "after_id"),
-    }
-    return [job_from_row(row) for row in await alk._rows(_LIST_JOBS, params)]
-
-
-async def requeue_dead(alk: AsyncAlk, queue: str, job_ids: Iterable[int] | None = None) -> int:
-    """``alk.requeue_dead``: dead jobs of ``queue`` (all, or those of
-    ``job_ids``) back to pending with fresh attempts; how many moved."""
-    ids = None if job_ids is None else [_codec.bigint(job_id, "job_ids") for job_id in job_ids]
-    return int(await alk._value(_REQUEUE_DEAD, {"queue": _codec.text(queue, "queue"), "job_ids": ids}))
-
-
-async def queue_channel(alk: AsyncAlk, queue: str) -> str:
-    """``alk.queue_channel``: the LISTEN channel notified when jobs arrive in ``queue``."""
-    return str(await alk._value(_QUEUE_CHANNEL, {"queue": _codec.text(queue, "queue")}))
-
 
 # the worker ------------------------------------------------------------------
 
@@ -226,7 +165,7 @@ class AsyncWorker:
         self.handle_signals = handle_signals
         self.burst = burst
         self.counts = WorkerCounts()
-        self._listen_conninfo = (listen_conninfo or alk._listen_conninfo()) if listen else None
+        self._listen_conninfo = (listen_conninfo or alk.executor.listen_conninfo()) if listen else None
 
         self._lock = threading.Lock()
         self._in_flight: dict[tuple[int, int], _Running] = {}
@@ -391,8 +330,7 @@ class AsyncWorker:
         await self._stop_event.wait(pause)
 
     async def _seconds_until_claimable(self) -> float | None:
-        rows = await self.alk._rows(_NEXT_CLAIM_HINT, {"queue": self.queue.name})
-        at, now, wall = rows[0]
+        at, now, wall = await self.queue.next_claim_clock()
         if at is None:
             return None
         if math.floor(wall) == now:  # the clock is the wall clock: sleep to the sub-second
@@ -574,7 +512,7 @@ class AsyncWorker:
             try:
                 conn = await AsyncConnection.connect(conninfo, autocommit=True, connect_timeout=10)
                 async with conn:
-                    cursor = await conn.execute(_QUEUE_CHANNEL, {"queue": self.queue.name})
+                    cursor = await conn.execute(QUEUE_CHANNEL, {"queue": self.queue.name})
                     row = await cursor.fetchone()
                     assert row is not None
                     await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(row[0])))

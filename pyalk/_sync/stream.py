@@ -22,11 +22,12 @@ import psycopg
 from psycopg import Connection, sql
 
 from pyalk import _codec
-from pyalk.errors import InvalidArgument, translate
+from pyalk._sync.executor import raise_translated
+from pyalk.errors import InvalidArgument
 from pyalk.stream_event import STREAM_EVENT_COLUMNS, StreamEvent, stream_event_from_row
 
 if TYPE_CHECKING:
-    from pyalk._sync.client import Alk
+    from pyalk._sync.executor import Executor
 
 logger = logging.getLogger("pyalk.stream")
 
@@ -54,8 +55,8 @@ _BACKOFF_MAX = 5.0
 class Stream:
     """One stream, by name. Cheap to create: it holds no connection."""
 
-    def __init__(self, alk: Alk, name: str) -> None:
-        self._alk = alk
+    def __init__(self, executor: Executor, name: str) -> None:
+        self.executor = executor
         self.name = _codec.text(name, "stream")
 
     def __repr__(self) -> str:
@@ -65,7 +66,7 @@ class Stream:
         """Append one event and return its offset (``conn``: inside the caller's
         transaction, which then holds the stream's publish lock until it ends)."""
         params = {"stream": self.name, "payload": _codec.payload(payload), "key": _codec.text(key, "key")}
-        return int(self._alk._value(_PUBLISH, params, conn=conn, transactional=True))
+        return int(self.executor.value(_PUBLISH, params, conn=conn, transactional=True))
 
     def publish_with_key(self, key: str | None, payload: Any, *, conn: Connection | None = None) -> int:
         """:meth:`publish` with the key first (CONTRACT §2's spelling)."""
@@ -85,7 +86,7 @@ class Stream:
             "payloads": _codec.payloads(payloads),
             "keys": None if keys is None else [_codec.text(key, f"keys[{i}]") for i, key in enumerate(keys)],
         }
-        rows = self._alk._rows(_PUBLISH_BATCH, params, conn=conn, transactional=True)
+        rows = self.executor.rows(_PUBLISH_BATCH, params, conn=conn, transactional=True)
         return [row[0] for row in rows]
 
     def read_since(
@@ -97,7 +98,7 @@ class Stream:
             "after_offset": _codec.bigint(after_offset, "after_offset"),
             "n": _codec.bigint(n, "n"),
         }
-        rows = self._alk._rows(_READ_SINCE, params, conn=conn, transactional=True)
+        rows = self.executor.rows(_READ_SINCE, params, conn=conn, transactional=True)
         return [stream_event_from_row(row) for row in rows]
 
     def read_from_consumer(
@@ -105,7 +106,7 @@ class Stream:
     ) -> list[StreamEvent]:
         """Up to ``n`` events after the consumer's saved checkpoint."""
         params = {"stream": self.name, "consumer": _codec.text(consumer, "consumer"), "n": _codec.bigint(n, "n")}
-        rows = self._alk._rows(_READ_FROM_CONSUMER, params, conn=conn, transactional=True)
+        rows = self.executor.rows(_READ_FROM_CONSUMER, params, conn=conn, transactional=True)
         return [stream_event_from_row(row) for row in rows]
 
     def save_offset(self, consumer: str, offset: int, *, conn: Connection | None = None) -> bool:
@@ -116,21 +117,21 @@ class Stream:
             "consumer": _codec.text(consumer, "consumer"),
             "at_offset": _codec.bigint(offset, "offset"),
         }
-        return bool(self._alk._value(_SAVE_OFFSET, params, conn=conn, transactional=True))
+        return bool(self.executor.value(_SAVE_OFFSET, params, conn=conn, transactional=True))
 
     def get_offset(self, consumer: str, *, conn: Connection | None = None) -> int:
         """The consumer's saved checkpoint, 0 when none was saved."""
         params = {"stream": self.name, "consumer": _codec.text(consumer, "consumer")}
-        return int(self._alk._value(_GET_OFFSET, params, conn=conn, transactional=True))
+        return int(self.executor.value(_GET_OFFSET, params, conn=conn, transactional=True))
 
     def trim_to(self, horizon: int) -> int:
         """Delete events at offsets <= ``horizon``; how many went."""
         params = {"stream": self.name, "horizon": _codec.bigint(horizon, "horizon")}
-        return int(self._alk._value(_TRIM_TO, params, transactional=True))
+        return int(self.executor.value(_TRIM_TO, params, transactional=True))
 
     def channel(self) -> str:
         """The LISTEN channel publish notifies for this stream (``alk.stream_channel``)."""
-        return str(self._alk._value(_CHANNEL, {"stream": self.name}, transactional=True))
+        return str(self.executor.value(_CHANNEL, {"stream": self.name}, transactional=True))
 
     def subscribe(
         self,
@@ -319,7 +320,7 @@ class Subscription:
         if self._listener is not None and not self._listener.closed:
             return self._listener
         assert self._channel is not None
-        listener = Connection.connect(self.stream._alk._listen_conninfo(), autocommit=True)
+        listener = Connection.connect(self.stream.executor.listen_conninfo(), autocommit=True)
         try:
             listener.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self._channel)))
         except BaseException:
@@ -367,10 +368,7 @@ class Subscription:
         except psycopg.OperationalError as error:
             self._lost(error)
         except psycopg.Error as error:
-            translated = translate(error)
-            if translated is error:
-                raise
-            raise translated from error
+            raise_translated(error)
 
     def _lost(self, error: Exception) -> None:
         logger.warning(

@@ -21,7 +21,7 @@ import psycopg
 import pytest
 
 from pyalk import Alk, JobHandle, Worker, InvalidArgument, InvalidName, PermanentError, QueueOpts
-from pyalk._sync.worker import list_jobs, next_claim_at, queue_channel, requeue_dead
+from tests.helpers import until
 
 DEADLINE = 30.0
 APP = "pyalk-worker-test"
@@ -32,15 +32,6 @@ def alk(dsn: str) -> Iterator[Alk]:
     # Named, so the test can watch the worker's sessions in pg_stat_activity.
     with Alk(f"{dsn} application_name={APP}") as client:
         yield client
-
-
-def until(predicate: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + DEADLINE
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.005)  # a polling interval, not a synchronisation
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def in_thread(fn: Callable[[], Any]) -> threading.Thread:
@@ -86,21 +77,21 @@ def test_stats_and_inspection_bindings(alk, db):
     assert [s.queue for s in alk.stats()] == ["q"]
     assert alk.stats("empty") != []
 
-    dead = list_jobs(alk, "q", "dead")
+    dead = alk.queue("q").list_jobs("dead")
     assert [job.id for job in dead] == [ids[0]] and dead[0].last_error == "bad"
-    assert [job.id for job in list_jobs(alk, "q", limit=2, after_id=ids[0])] == ids[1:3]
-    assert requeue_dead(alk, "q", [ids[0]]) == 1
-    assert requeue_dead(alk, "q") == 0
-    assert next_claim_at(alk, "q") is not None
-    assert next_claim_at(alk, "nothing") is None
-    assert (queue_channel(alk, "q")).startswith("alk_q_")
+    assert [job.id for job in alk.queue("q").list_jobs(limit=2, after_id=ids[0])] == ids[1:3]
+    assert alk.queue("q").requeue_dead([ids[0]]) == 1
+    assert alk.queue("q").requeue_dead() == 0
+    assert alk.queue("q").next_claim_at() is not None
+    assert alk.queue("nothing").next_claim_at() is None
+    assert (alk.queue("q").channel()).startswith("alk_q_")
 
     with pytest.raises(InvalidArgument):
-        list_jobs(alk, "q", "running")
+        alk.queue("q").list_jobs("running")
     with pytest.raises(InvalidName):
-        requeue_dead(alk, "alk:outbox:x")
+        alk.queue("alk:outbox:x").requeue_dead()
     with pytest.raises(InvalidArgument):
-        requeue_dead(alk, "q", [2**63])
+        alk.queue("q").requeue_dead([2**63])
 
 
 def test_worker_arguments_are_checked(alk):
