@@ -236,7 +236,9 @@ def test_cron_next_equals_croniter(db: psycopg.Connection, zones: list[str], dat
 # Six fields put the seconds first (docs/schedule.md, alk.cron_next's
 # comment): croniter's second_at_beginning=True. Specs whose two readings
 # differ, so the comparison pins which one the engine implements.
-SIX_FIELD = ["5 10 * * * *", "*/10 * * * * *", "30 0 12 * * mon", "0 */5 * * * *", "15,45 * 3 1 * *", "59 59 23 31 12 *"]
+SIX_FIELD = [
+    "5 10 * * * *", "*/10 * * * * *", "30 0 12 * * mon", "0 */5 * * * *", "15,45 * 3 1 * *", "59 59 23 31 12 *",
+]
 SIX_FIELD_AFTERS = [0, 1_700_000_000, 1_700_000_005, 1_711_846_800, 2_000_000_000]
 
 
