@@ -19,7 +19,8 @@ def test_the_upgrade_keeps_schedules_and_the_readers_grants(empty_db):
     previous = f"{int(version.number) - 1:04d}"
     dsn = empty_db()
     migrate.upgrade(dsn, previous)
-    role = sql.Identifier(f"pyalk_reader_{secrets.token_hex(4)}")
+    name = f"pyalk_reader_{secrets.token_hex(4)}"
+    role = sql.Identifier(name)
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(sql.SQL("CREATE ROLE {}").format(role))
         try:
@@ -28,7 +29,6 @@ def test_the_upgrade_keeps_schedules_and_the_readers_grants(empty_db):
                          .format(role))
             conn.execute("SELECT alk.schedule('s', '@hourly', 'q', priority => 7, max_attempts => 9)")
             migrate.upgrade(dsn, version.number)
-            name = role.as_string(conn)
             for function in ("alk.get_schedule(text)", "alk.get_lock(text)"):
                 granted = conn.execute("SELECT has_function_privilege(%s, %s, 'EXECUTE')", [name, function]).fetchone()
                 assert granted == (True,), function
