@@ -18,11 +18,13 @@ ALTER TABLE alk.schedules ALTER COLUMN priority TYPE bigint, ALTER COLUMN max_at
 ALTER TYPE alk.schedule ALTER ATTRIBUTE priority TYPE bigint, ALTER ATTRIBUTE max_attempts TYPE bigint;
 
 -- The EXECUTE grants of the two readers, to give back after the re-create.
-CREATE TEMP TABLE alk_0009_grants ON COMMIT DROP AS
-SELECT p.proname, a.grantee::regrole::text AS grantee
-  FROM pg_proc p, aclexplode(p.proacl) a
- WHERE p.pronamespace = 'alk'::regnamespace AND p.proname IN ('get_lock', 'get_schedule')
-   AND a.privilege_type = 'EXECUTE' AND a.grantee <> 0 AND a.grantee <> p.proowner;
+-- Kept in a setting, not a table: an extension update script (pyalk.extension)
+-- would make a temporary table a member of the extension.
+SELECT pg_catalog.set_config('alk.upgrade_grants', coalesce((
+    SELECT pg_catalog.jsonb_agg(pg_catalog.jsonb_build_array(p.proname, a.grantee::regrole::text))
+      FROM pg_catalog.pg_proc p, pg_catalog.aclexplode(p.proacl) a
+     WHERE p.pronamespace = 'alk'::regnamespace AND p.proname IN ('get_lock', 'get_schedule')
+       AND a.privilege_type = 'EXECUTE' AND a.grantee <> 0 AND a.grantee <> p.proowner), '[]')::text, false);
 
 DROP FUNCTION alk.get_lock(text);
 DROP FUNCTION alk.get_schedule(text);
@@ -245,23 +247,14 @@ COMMENT ON FUNCTION alk.tick(bigint) IS
 'Concurrent ticks never fire a boundary twice. Returns one row per job. Call it every few seconds, or use '
 'alk.scheduler_tick for one leader among several callers. Example: SELECT * FROM alk.tick();';
 
--- columns differ: write the ALTER (or CREATE) by hand
---   chain only:   ('schedule', 4, 'priority', 'integer', False, None, '', None, None)
---   chain only:   ('schedule', 5, 'max_attempts', 'integer', False, None, '', None, None)
---   chain only:   ('schedules', 5, 'priority', 'integer', True, None, '', None, None)
---   chain only:   ('schedules', 6, 'max_attempts', 'integer', True, None, '', None, None)
---   current only: ('schedule', 4, 'priority', 'bigint', False, None, '', None, None)
---   current only: ('schedule', 5, 'max_attempts', 'bigint', False, None, '', None, None)
---   current only: ('schedules', 5, 'priority', 'bigint', True, None, '', None, None)
---   current only: ('schedules', 6, 'max_attempts', 'bigint', True, None, '', None, None)
-
 DO $$
 DECLARE
-    g record;
+    g jsonb;
 BEGIN
-    FOR g IN SELECT * FROM alk_0009_grants LOOP
-        EXECUTE format('GRANT EXECUTE ON FUNCTION alk.%I(text) TO %s', g.proname, g.grantee);
+    FOR g IN SELECT * FROM pg_catalog.jsonb_array_elements(pg_catalog.current_setting('alk.upgrade_grants')::jsonb) LOOP
+        EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION alk.%I(text) TO %s', g ->> 0, g ->> 1);
     END LOOP;
+    PERFORM pg_catalog.set_config('alk.upgrade_grants', '', false);
 END
 $$;
 
