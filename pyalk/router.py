@@ -39,6 +39,7 @@ ROUTES: dict[str, str] = {
     "list_schedules": "all",
     "queue_stats": "hash_or_all",
     "tick": "custom",
+    "scheduler_tick": "custom",
 }
 
 #: The job operations take the queue last and optional (job ids are unique
@@ -242,6 +243,32 @@ END
 $$""",
 }
 
+# scheduler_tick: the lease alk:scheduler lives on the partition of its name.
+# There the lease and that partition's tick are one transaction, and a
+# partition's LK004 (another owner leads) reaches the caller before anything
+# else fires. Then tick runs as above for every partition; the rows the lease's
+# partition fired go into tick's table first, so tick forwards and reports
+# them with the rest.
+_CUSTOM["scheduler_tick"] = """LANGUAGE plpgsql VOLATILE
+AS $$
+BEGIN
+    CREATE TEMP TABLE IF NOT EXISTS alk_tick_fired
+        (schedule_name text, queue text, fire_at bigint, job_id bigint) ON COMMIT DROP;
+    INSERT INTO alk_tick_fired
+        SELECT * FROM alk._lead_scheduler_tick('alk:scheduler', scheduler_tick.owner, scheduler_tick.ttl);
+    RETURN QUERY SELECT * FROM alk.tick();
+END
+$$"""
+
+#: A custom function's own proxies, instead of the default _all_<name>.
+_CUSTOM_PROXIES = {
+    "scheduler_tick": """CREATE FUNCTION alk._lead_scheduler_tick(lease text, owner text, ttl bigint)
+RETURNS TABLE (schedule_name text, queue text, fire_at bigint, job_id bigint) LANGUAGE plproxy
+AS $$ CLUSTER 'alk'; RUN ON alk._partition_hash(lease);
+SELECT * FROM alk.scheduler_tick(owner, ttl); $$;
+""",
+}
+
 #: Proxies on one partition by number, for tick's forwarding.
 _ON_PARTITION = """CREATE FUNCTION alk._on_list_jobs(part integer, queue text, state text, n bigint, after_id bigint)
 RETURNS SETOF alk.job LANGUAGE plproxy
@@ -282,7 +309,8 @@ def _function(function: Function) -> str:
         return _proxy(function.name, function.arguments, function.result, "ANY")
     if route == "custom":
         # The custom body calls the function on every partition through _all_<name>.
-        every = _proxy(f"_all_{function.name}", function.arguments, _setof(function), "ALL", _remote_call(function))
+        every = _CUSTOM_PROXIES.get(function.name) or _proxy(
+            f"_all_{function.name}", function.arguments, _setof(function), "ALL", _remote_call(function))
         return every + f"\nCREATE FUNCTION {signature}\nRETURNS {function.result}\n{_CUSTOM[function.name]};\n"
     # all / hash_or_all: a proxy on every partition, and a wrapper that
     # sorts the concatenation (PL/Proxy returns partition after partition).

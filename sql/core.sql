@@ -262,7 +262,7 @@ END
 $$;
 COMMENT ON FUNCTION alk._check_payloads(jsonb[]) IS 'internal: LK002 unless payloads is an array of JSON values without SQL NULLs';
 
--- schema version (0008, breaking since 0009) -----------------------------------------------------
+-- schema version (0008, breaking since 0010) -----------------------------------------------------
 --
 -- The schema says which version it is, so a client can check at
 -- connect that it can run on it (docs/migrations.md, "Compatibility").
@@ -280,7 +280,7 @@ RETURNS record
 LANGUAGE sql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT (SELECT max(v.version_num)::text FROM alk.alembic_version v), '0009'::text
+    SELECT (SELECT max(v.version_num)::text FROM alk.alembic_version v), '0010'::text
 $$;
 COMMENT ON FUNCTION alk.schema_info() IS
 'The installed schema version and breaking_since, the newest version that older clients cannot run on. '

@@ -164,8 +164,8 @@ COMMENT ON FUNCTION alk.release_lock(text, text) IS
 'Example: SELECT alk.release_lock(''nightly-report'', ''host-a:4242'');';
 
 CREATE FUNCTION alk.get_lock(name text)
-RETURNS alk.lock
-LANGUAGE sql STABLE SECURITY DEFINER
+RETURNS SETOF alk.lock
+LANGUAGE sql STABLE SECURITY DEFINER ROWS 1
 SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT l.name, l.owner, l.acquired_at, l.expires_at
@@ -173,8 +173,9 @@ AS $$
      WHERE l.name = alk._check_name('name', $1, true)
 $$;
 COMMENT ON FUNCTION alk.get_lock(text) IS
-'The lock as stored (reserved names included, for inspection), or NULL when nobody took it or it was released. '
-'A row with expires_at <= alk.now() is expired: free for the next try_lock. '
+'The lock as stored (reserved names included, for inspection): one row, or none when nobody took it or it was '
+'released (as a scalar, (SELECT alk.get_lock(name)) is then NULL). A row with expires_at <= alk.now() is expired: '
+'free for the next try_lock. '
 'Example: SELECT *, expires_at <= alk.now() AS expired FROM alk.get_lock(''nightly-report'');';
 
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA alk FROM PUBLIC;

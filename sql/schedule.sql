@@ -58,8 +58,8 @@ CREATE TYPE alk.schedule AS (
     name text,
     spec text,
     queue text,
-    priority integer,
-    max_attempts integer,
+    priority bigint,
+    max_attempts bigint,
     expires bigint,
     payload jsonb,
     tz text,
@@ -72,8 +72,8 @@ CREATE TABLE alk.schedules (
     spec text NOT NULL,
     tz text NOT NULL,
     queue text NOT NULL,
-    priority integer NOT NULL,
-    max_attempts integer NOT NULL,
+    priority bigint NOT NULL,
+    max_attempts bigint NOT NULL,
     expires bigint,
     payload jsonb,
     next_fire_at bigint,
@@ -740,8 +740,9 @@ END
 $$;
 COMMENT ON FUNCTION alk.cron_next(text, bigint, text) IS
 'The first fire of a cron spec strictly after `after` (unix seconds), evaluated in the IANA time zone tz (default UTC; '
-'NULL means UTC), exactly as croniter answers. Specs: 5 fields (minute hour day-of-month month day-of-week), 6 with a '
-'leading second, ranges, steps, lists, month and day names, @yearly @annually @monthly @weekly @daily @midnight @hourly, '
+'NULL means UTC), exactly as croniter answers. Specs: 5 fields (minute hour day-of-month month day-of-week), or 6 '
+'with the seconds field first (second minute hour day-of-month month day-of-week: croniter''s '
+'second_at_beginning=True), ranges, steps, lists, month and day names, @yearly @annually @monthly @weekly @daily @midnight @hourly, '
 'and @every <n><s|m|h|d> (the multiples of the period since the unix epoch, whatever the zone). NULL when no fire exists '
 'up to 9999-12-31T23:59:59Z. LK003 for a spec or zone it cannot read. '
 'Example: SELECT alk.cron_next(''30 9 * * mon-fri'', 1700000000, ''Europe/Berlin'');';
@@ -767,8 +768,8 @@ DECLARE
     clock bigint := alk.now();
     c alk._cron;
     zone text;
-    v_priority integer;
-    v_max_attempts integer;
+    v_priority bigint;
+    v_max_attempts bigint;
     old record;
     next_at bigint;
 BEGIN
@@ -776,8 +777,8 @@ BEGIN
     PERFORM alk._check_name('queue', queue);
     c := alk._cron_parse(spec);
     zone := alk._cron_tz(tz);
-    v_priority := alk._check_int4('priority', coalesce(priority, 0));
-    v_max_attempts := alk._check_int4('max_attempts', coalesce(max_attempts, 3));
+    v_priority := coalesce(priority, 0);
+    v_max_attempts := coalesce(max_attempts, 3);
     -- Registering the same spec in the same zone again (an application that
     -- registers its schedules at every start) keeps the pending boundary, so
     -- a boundary that came due before the next tick still fires. A new spec
@@ -807,22 +808,20 @@ COMMENT ON FUNCTION alk.schedule(text, text, text, bigint, bigint, bigint, jsonb
 'Example: SELECT alk.schedule(''nightly-report'', ''0 2 * * *'', ''reports'', payload => ''{"kind": "daily"}'', tz => ''Europe/Berlin'');';
 
 CREATE FUNCTION alk.get_schedule(name text)
-RETURNS alk.schedule
-LANGUAGE plpgsql STABLE SECURITY DEFINER
+RETURNS SETOF alk.schedule
+LANGUAGE plpgsql STABLE SECURITY DEFINER ROWS 1
 SET search_path = pg_catalog, pg_temp
 AS $$
-DECLARE
-    found_schedule alk.schedule;
 BEGIN
     PERFORM alk._check_name('name', get_schedule.name);
-    SELECT s.name, s.spec, s.queue, s.priority, s.max_attempts, s.expires, s.payload, s.tz, s.next_fire_at
-      INTO found_schedule
-      FROM alk.schedules s WHERE s.name = get_schedule.name;
-    RETURN found_schedule;
+    RETURN QUERY
+        SELECT s.name, s.spec, s.queue, s.priority, s.max_attempts, s.expires, s.payload, s.tz, s.next_fire_at
+          FROM alk.schedules s WHERE s.name = get_schedule.name;
 END
 $$;
 COMMENT ON FUNCTION alk.get_schedule(text) IS
-'The schedule `name` (name, spec, queue, priority, max_attempts, expires, payload, tz, next_fire_at), or NULL. '
+'The schedule `name` (name, spec, queue, priority, max_attempts, expires, payload, tz, next_fire_at): one row, or '
+'none when there is no such schedule (as a scalar, (SELECT alk.get_schedule(name)) is then NULL). '
 'Example: SELECT * FROM alk.get_schedule(''nightly-report'');';
 
 CREATE FUNCTION alk.unschedule(name text)
@@ -895,8 +894,12 @@ BEGIN
             next_at := alk._cron_next(due.cron, next_at, due.tz);
         END LOOP;
         IF next_at <= clock THEN
-            -- Over the cap: the rest of the backlog is skipped.
-            next_at := alk._cron_next(due.cron, clock, due.tz);
+            -- Over the cap: the rest of the backlog is skipped, to the first
+            -- boundary after now. A tick past the calendar's end (after
+            -- 9999-12-31T23:59:59Z, e.g. at the bigint maximum) has none to
+            -- skip to: then the schedule keeps its first unfired boundary, so
+            -- no tick turns a live schedule off.
+            next_at := coalesce(alk._cron_next(due.cron, clock, due.tz), next_at);
         END IF;
         -- The plain-queue stamps with the schedule's over them; every job
         -- of the tick is ready at the tick's instant.
@@ -917,7 +920,37 @@ COMMENT ON FUNCTION alk.tick(bigint) IS
 'Fire every due schedule: for each boundary <= now (default: the clock) enqueue one job whose payload is '
 '{"schedule": name, "fire_at": boundary, "payload": the schedule''s payload}, at most 100 per schedule per tick '
 '(the oldest first; the rest of a longer backlog is skipped), then move the schedule to its first boundary after the '
-'last one fired, or after now when the cap cut it short. Concurrent ticks never fire a boundary twice. Returns one row '
-'per job. Call it every few seconds, or every minute from pg_cron. Example: SELECT * FROM alk.tick();';
+'last one fired, or after now when the cap cut it short. A tick past 9999-12-31T23:59:59Z, where no boundary after '
+'now exists, leaves the schedule at its first unfired boundary instead: a tick never disables a schedule. '
+'Concurrent ticks never fire a boundary twice. Returns one row per job. Call it every few seconds, or use '
+'alk.scheduler_tick for one leader among several callers. Example: SELECT * FROM alk.tick();';
+
+-- The leader's tick: leadership (the lease alk:scheduler) and the firing in
+-- one transaction. The lock row _try_lock writes stays locked until this
+-- transaction ends, so a contender waits for it and then finds the lease
+-- held; a caller whose lease was taken raises before anything fires.
+CREATE FUNCTION alk.scheduler_tick(owner text, ttl bigint)
+RETURNS TABLE (schedule_name text, queue text, fire_at bigint, job_id bigint)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    holder record;
+BEGIN
+    IF NOT alk._try_lock('alk:scheduler', scheduler_tick.owner, scheduler_tick.ttl) THEN
+        SELECT l.owner, l.expires_at INTO holder FROM alk.locks l WHERE l.name = 'alk:scheduler';
+        PERFORM alk._raise('LK004', 'scheduler leadership: ' || alk._show(scheduler_tick.owner)
+            || ' does not hold the lease alk:scheduler (' || alk._show(holder.owner) || ' holds it until '
+            || holder.expires_at || '); nothing fired');
+    END IF;
+    RETURN QUERY SELECT t.schedule_name, t.queue, t.fire_at, t.job_id FROM alk.tick() t;
+END
+$$;
+COMMENT ON FUNCTION alk.scheduler_tick(text, bigint) IS
+'The leader''s tick, in one transaction: take or renew the lease alk:scheduler for owner until now + ttl seconds '
+'(free, expired, or already owner''s), then alk.tick() at alk.now(); returns what alk.tick returns. While another '
+'owner holds the lease: LK004, and nothing fires. Call it more often than every ttl seconds to stay the leader; '
+'several callers (processes, pg_cron) with their own owners elect one. owner NULL or empty is LK001; ttl NULL or '
+'<= 0 is LK002. Example: SELECT * FROM alk.scheduler_tick(''host-a:4242'', 30);';
 
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA alk FROM PUBLIC;

@@ -1,26 +1,24 @@
 """The scheduler: :class:`AsyncSchedules`, a handle binding alk.schedule
 (``add``), alk.get_schedule (``get``), alk.list_schedules (``list``),
-alk.unschedule (``remove``), alk.cron_next and alk.tick, and running the
-leader loop (``run``) that calls ``alk.tick`` on time.
+alk.unschedule (``remove``), alk.cron_next, alk.tick and alk.scheduler_tick,
+and running the leader loop (``run``) that calls ``alk.scheduler_tick`` on
+time.
 
-The cron engine, the schedules and the firing are SQL
-(sql/versions/0006_schedule.sql); this module binds them. ``run``
-adds the one thing SQL cannot do on its own, calling ``tick`` when a boundary
-comes due, with one leader at a time among any number of processes:
+The cron engine, the schedules, the firing and leadership are SQL
+(sql/schedule.sql): ``alk.scheduler_tick(owner, ttl)`` takes or renews the
+lease ``alk:scheduler`` and ticks in one transaction, and raises LK004 (here
+:class:`~pyalk.LeadershipLost`, through the usual error translation) while
+another owner holds it. ``run`` adds the one thing SQL cannot do on its own,
+calling it on time:
 
-* leadership is the lease lock ``alk:scheduler`` (sql/versions/0005_lock.sql,
-  through its internal forms, which admit the reserved name);
-* the leader ticks only in a transaction that first renews its lease: the
-  renewal locks the lease's row until the tick commits, so a process that is
-  not the leader, or has just stopped being it, never ticks;
 * it sleeps until the earliest ``next_fire_at``, the next renewal
   (``lease_ttl / 3``) or ``poll_interval``, whichever comes first, on the stop
   token, which wakes it at once;
-* a standby retries every ``poll_interval`` seconds, or when the leader's
-  lease runs out if that is sooner;
+* a standby (its call refused with LK004) retries every ``poll_interval``
+  seconds, or when the leader's lease runs out if that is sooner;
 * a cancelled token makes it release the lease (a standby takes over on its
-  next attempt, without waiting for expiry) and return; a renewal that finds
-  the lease taken raises :class:`~pyalk.LeadershipLost`.
+  next attempt, without waiting for expiry) and return; LK004 once it led
+  is raised as :class:`~pyalk.LeadershipLost`.
 """
 
 from __future__ import annotations
@@ -54,11 +52,14 @@ _SCHEDULE = """SELECT alk.schedule(
     name => %(name)s, spec => %(spec)s, queue => %(queue)s, priority => %(priority)s::bigint,
     max_attempts => %(max_attempts)s::bigint, expires => %(expires)s::bigint, payload => %(payload)s::jsonb,
     tz => %(tz)s)"""
-_GET = "SELECT " + SCHEDULE_COLUMNS + " FROM alk.get_schedule(%(name)s) WHERE name IS NOT NULL"
+_GET = "SELECT " + SCHEDULE_COLUMNS + " FROM alk.get_schedule(%(name)s)"
 _LIST = "SELECT " + SCHEDULE_COLUMNS + " FROM alk.list_schedules() ORDER BY name"
 _UNSCHEDULE = "SELECT alk.unschedule(%(name)s)"
 _CRON_NEXT = "SELECT alk.cron_next(spec => %(spec)s, after => %(after)s::bigint, tz => %(tz)s)"
 _TICK = "SELECT schedule_name, queue, fire_at, job_id FROM alk.tick(%(now)s::bigint)"
+_SCHEDULER_TICK = (
+    "SELECT schedule_name, queue, fire_at, job_id FROM alk.scheduler_tick(owner => %(owner)s, ttl => %(ttl)s::bigint)"
+)
 
 # The leader loop's statements. The clock pair (alk.now(), the server's wall
 # clock) lets a sleep end on the sub-second when the clock is the wall clock,
@@ -70,8 +71,6 @@ _LEASE = (
     "SELECT l.owner, l.expires_at, alk.now(), extract(epoch FROM clock_timestamp())::float8"
     " FROM alk.get_lock(%(name)s) l"
 )
-_RENEW_LEASE = "SELECT alk._renew_lock(%(name)s, %(owner)s, %(ttl)s::bigint)"
-_TICK_NOW = "SELECT schedule_name, queue, fire_at, job_id FROM alk.tick()"
 
 #: Errors after which the loop tries again rather than giving up: the
 #: connection or the server went away, or a concurrent transaction won.
@@ -159,6 +158,14 @@ class AsyncSchedules:
         rows = await self.executor.rows(_TICK, {"now": _codec.instant(now, "now")}, conn=conn, transactional=True)
         return [fired_from_row(row) for row in rows]
 
+    async def scheduler_tick(self, owner: str, ttl: int) -> builtins.list[Fired]:
+        """``alk.scheduler_tick``: take or renew the lease ``alk:scheduler``
+        for ``owner`` (``ttl`` seconds) and tick at the clock, in one
+        transaction. Raises :class:`~pyalk.LeadershipLost` (LK004), firing
+        nothing, while another owner holds the lease."""
+        params = {"owner": _codec.text(owner, "owner"), "ttl": _codec.bigint(ttl, "ttl")}
+        return [fired_from_row(row) for row in await self.executor.rows(_SCHEDULER_TICK, params)]
+
     async def run(
         self,
         stop: AsyncStopToken,
@@ -193,29 +200,13 @@ async def _standby_pause(executor: AsyncExecutor, owner: str, poll_interval: flo
     """How long a standby waits before its next attempt: ``poll_interval``,
     or until the leader's lease runs out if that is sooner."""
     rows = await executor.rows(_LEASE, {"name": SCHEDULER_LOCK})
-    holder, expires_at, now, wall = rows[0]
-    if holder is None:  # released between our attempt and this read
+    if not rows:  # released between our attempt and this read
         return _MIN_PAUSE
+    holder, expires_at, now, wall = rows[0]
     pause = max(min(poll_interval, _seconds_until(expires_at, now, wall)), _MIN_PAUSE)
     logger.debug("scheduler %s: standby, %s leads until %s; next attempt in %.2fs", owner, holder, expires_at,
                  pause, extra={"owner": owner, "leader": holder})
     return pause
-
-
-async def _renew_and_tick(executor: AsyncExecutor, owner: str, ttl: int, *, fire: bool) -> list[Fired] | None:
-    """Renew the lease and, when ``fire``, tick, in one transaction: the
-    renewal locks the lease's row until the tick commits, so no one can take
-    the lease in between. None (nothing written) when the lease was lost."""
-    params = {"name": SCHEDULER_LOCK, "owner": owner, "ttl": ttl}
-    async with executor.connection() as connection, connection.transaction() as transaction:
-        renewed = await (await connection.execute(_RENEW_LEASE, params)).fetchone()
-        if not (renewed and renewed[0]):
-            raise psycopg.Rollback(transaction)
-        if not fire:
-            return []
-        rows = await (await connection.execute(_TICK_NOW)).fetchall()
-        return [fired_from_row(row) for row in rows]
-    return None  # rolled back: the lease is someone else's
 
 
 async def run_schedules(
@@ -237,9 +228,10 @@ async def run_schedules(
     standby retries, and how soon a leader notices a schedule registered
     while it sleeps.
 
-    Raises :class:`~pyalk.LeadershipLost` when a renewal finds the lease taken
-    by another owner (this process paused longer than the lease, or someone
-    released it by hand). Connection errors are retried with a backoff.
+    Raises :class:`~pyalk.LeadershipLost` when ``alk.scheduler_tick`` finds
+    the lease taken by another owner after this loop led (it paused longer
+    than the lease, or someone released it by hand). Connection errors are
+    retried with a backoff.
     """
     owner = default_owner() if owner is None else _codec.text(owner, "owner")
     assert owner is not None
@@ -247,9 +239,10 @@ async def run_schedules(
     if isinstance(poll_interval, bool) or not isinstance(poll_interval, int | float) or not poll_interval > 0:
         raise InvalidArgument(f"poll_interval must be a number of seconds > 0, got {poll_interval!r}")
     assert ttl is not None
+    schedules = AsyncSchedules(executor)
     renew_every = ttl / 3
     extra = {"owner": owner}
-    lock: AsyncLock | None = None
+    leading = False
     lost = False
     failures = 0
     try:
@@ -257,44 +250,40 @@ async def run_schedules(
         ticked = False
         while not stop.is_cancelled():
             try:
-                if lock is None:
-                    started = time.monotonic()
-                    candidate = AsyncLock(executor, SCHEDULER_LOCK, owner, reserved=True)
-                    if not await candidate.try_acquire(ttl):
-                        pause = await _standby_pause(executor, owner, poll_interval)
+                due = True  # a contender ticks at once when it takes the lease
+                if leading:
+                    due_in = await _due_in(executor)
+                    if ticked and due_in is not None and due_in <= 0:
+                        # Still due right after our tick: a concurrent tick holds it.
+                        due_in = min(_STALLED_PAUSE, poll_interval)
+                    ticked = False
+                    due = due_in is not None and due_in <= 0
+                    if not due and time.monotonic() < renew_at:
                         failures = 0
+                        pause = min(renew_at - time.monotonic(), poll_interval, math.inf if due_in is None else due_in)
+                        logger.debug("scheduler %s: leading, next wake in %.2fs", owner, pause, extra=extra)
                         await stop.wait(pause)
                         continue
-                    lock = candidate
-                    renew_at = started + renew_every
-                    ticked = False
-                    logger.info("scheduler %s: leading (lease %ds)", owner, ttl, extra=extra)
-                due_in = await _due_in(executor)
-                if ticked and due_in is not None and due_in <= 0:
-                    # Still due right after our tick: a concurrent tick holds it.
-                    due_in = min(_STALLED_PAUSE, poll_interval)
-                ticked = False
-                if (due_in is not None and due_in <= 0) or time.monotonic() >= renew_at:
-                    fire = due_in is not None and due_in <= 0
-                    started = time.monotonic()
-                    fired = await _renew_and_tick(executor, owner, ttl, fire=fire)
-                    if fired is None:
+                started = time.monotonic()
+                try:
+                    fired = await schedules.scheduler_tick(owner, ttl)
+                except LeadershipLost:
+                    if leading:  # the SQL's LK004: the lease is someone else's now
                         lost = True
-                        raise LeadershipLost(
-                            f"scheduler leadership lost: {owner!r} no longer holds the lease {SCHEDULER_LOCK!r} "
-                            f"(it lapsed and another owner took it, or it was released)"
-                        )
-                    renew_at = started + renew_every
-                    ticked = fire
+                        raise
+                    pause = await _standby_pause(executor, owner, poll_interval)
                     failures = 0
-                    for job in fired:
-                        logger.info("scheduler %s: fired %s at %d into %s as job %d", owner, job.schedule_name,
-                                    job.fire_at, job.queue, job.job_id, extra={**extra, "job_id": job.job_id})
+                    await stop.wait(pause)
                     continue
+                if not leading:
+                    leading = True
+                    logger.info("scheduler %s: leading (lease %ds)", owner, ttl, extra=extra)
+                renew_at = started + renew_every
+                ticked = due
                 failures = 0
-                pause = min(renew_at - time.monotonic(), poll_interval, math.inf if due_in is None else due_in)
-                logger.debug("scheduler %s: leading, next wake in %.2fs", owner, pause, extra=extra)
-                await stop.wait(pause)
+                for job in fired:
+                    logger.info("scheduler %s: fired %s at %d into %s as job %d", owner, job.schedule_name,
+                                job.fire_at, job.queue, job.job_id, extra={**extra, "job_id": job.job_id})
             except TRANSIENT_ERRORS as error:
                 failures += 1
                 pause = min(0.1 * 2 ** min(failures - 1, 10), 5.0, poll_interval, renew_every)
@@ -303,9 +292,9 @@ async def run_schedules(
                                pause, extra=extra)
                 await stop.wait(pause)
     finally:
-        if lock is not None and not lost:
+        if leading and not lost:
             try:
-                released = await lock.release()
+                released = await AsyncLock(executor, SCHEDULER_LOCK, owner, reserved=True).release()
             except Exception as error:  # the lease lapses on its own; report, never mask the exit
                 logger.warning("scheduler %s: could not release the lease (%s); it lapses in %ds", owner, error, ttl,
                                extra=extra)

@@ -12,7 +12,7 @@ import psycopg
 import pytest
 
 from pyalk import router
-from tests.helpers import one, raises_lk
+from tests.helpers import one, raises_lk, until
 from tests.router.conftest import Target
 
 
@@ -242,7 +242,61 @@ def test_list_schedules_merge_in_name_order_and_unschedule_by_name(db: psycopg.C
     assert listed == sorted(listed) and {n for n, _ in pairs} <= set(listed)
     assert one(db, "SELECT (alk.get_schedule(%s)).queue", pairs[2][0]) == pairs[2][1]
     assert one(db, "SELECT alk.unschedule(%s)", pairs[2][0]) is True
-    assert one(db, "SELECT alk.get_schedule(%s) IS NULL", pairs[2][0]) is True
+    assert db.execute("SELECT * FROM alk.get_schedule(%s)", [pairs[2][0]]).fetchall() == []
+
+
+def _release_lease(target: Target, owner: str) -> None:
+    # The internal form is not routed: release on the lease's partition.
+    with psycopg.connect(target.partition_of("alk:scheduler"), autocommit=True) as home:
+        home.execute("SELECT alk._release_lock('alk:scheduler', %s)", [owner])
+
+
+def test_scheduler_tick_elects_one_leader_and_forwards_what_it_fires(target: Target, db: psycopg.Connection, tag: str):
+    leader, other = f"{tag}-a", f"{tag}-b"
+    # Schedules whose queues live on other partitions than the schedules, and on the same.
+    pairs = [(f"{tag}-s{i}", f"{tag}-q{i}") for i in range(6)]
+    try:
+        assert isinstance(db.execute("SELECT * FROM alk.scheduler_tick(%s, 60)", [leader]).fetchall(), list)
+        for name, queue in pairs:
+            db.execute("SELECT alk.schedule(%s, '* * * * * *', %s)", [name, queue])
+        until(lambda: all(_due(db, name) <= one(db, "SELECT alk.now()") for name, _ in pairs), "due schedules")
+        due_before = {name: _due(db, name) for name, _ in pairs}
+        with raises_lk("LK004", other, leader):
+            db.execute("SELECT * FROM alk.scheduler_tick(%s, 60)", [other])
+        assert {name: _due(db, name) for name, _ in pairs} == due_before  # nothing fired
+        assert all(one(db, "SELECT count(*) FROM alk.list_jobs(%s)", queue) == 0 for _, queue in pairs)
+        fired = [r for r in db.execute("SELECT * FROM alk.scheduler_tick(%s, 60)", [leader]) if r[0].startswith(tag)]
+        assert {r[0] for r in fired} == {name for name, _ in pairs}
+        for name, queue, fire_at, job_id in fired:
+            job = db.execute("SELECT payload FROM alk.get_job(%s, %s)", [queue, job_id]).fetchone()
+            assert job == ({"schedule": name, "fire_at": fire_at, "payload": None},)
+        holder = db.execute("SELECT owner FROM alk.get_lock('alk:scheduler')").fetchone()
+        assert holder == (leader,)
+    finally:
+        for name, _ in pairs:
+            db.execute("SELECT alk.unschedule(%s)", [name])
+        _release_lease(target, leader)
+
+
+def test_a_lapsed_scheduler_lease_hands_over(target: Target, db: psycopg.Connection, tag: str):
+    first, second = f"{tag}-a", f"{tag}-b"
+    try:
+        db.execute("SELECT * FROM alk.scheduler_tick(%s, 1)", [first])
+
+        def taken_over() -> bool:
+            try:
+                db.execute("SELECT * FROM alk.scheduler_tick(%s, 60)", [second])
+            except psycopg.Error as error:
+                assert error.sqlstate == "LK004", error
+                return False
+            return True
+
+        until(taken_over, "the second owner to take the lapsed lease")
+        with raises_lk("LK004", first, second):
+            db.execute("SELECT * FROM alk.scheduler_tick(%s, 60)", [first])
+    finally:
+        _release_lease(target, first)
+        _release_lease(target, second)
 
 
 def test_a_job_a_crashed_tick_left_behind_is_forwarded_by_the_next_tick(routed: Target, tag: str):

@@ -233,6 +233,35 @@ def test_cron_next_equals_croniter(db: psycopg.Connection, zones: list[str], dat
     assert ours(db, spec, afters, zone) == oracle(spec, afters, zone), (spec, zone, afters)
 
 
+# Six fields put the seconds first (docs/schedule.md, alk.cron_next's
+# comment): croniter's second_at_beginning=True. Specs whose two readings
+# differ, so the comparison pins which one the engine implements.
+SIX_FIELD = [
+    "5 10 * * * *", "*/10 * * * * *", "30 0 12 * * mon", "0 */5 * * * *", "15,45 * 3 1 * *", "59 59 23 31 12 *",
+]
+SIX_FIELD_AFTERS = [0, 1_700_000_000, 1_700_000_005, 1_711_846_800, 2_000_000_000]
+
+
+def croniter_default(spec: str, after: int) -> int | None:
+    """croniter without the flag: a sixth field read as trailing seconds."""
+    try:
+        return int(croniter(spec, datetime.fromtimestamp(after, UTC)).get_next(float))
+    except (croniter_module.CroniterError, ValueError):
+        return None
+
+
+@pytest.mark.parametrize("spec", SIX_FIELD)
+def test_six_field_specs_read_the_seconds_first(db: psycopg.Connection, zones: list[str], spec: str) -> None:
+    for zone in zones:
+        assert ours(db, spec, SIX_FIELD_AFTERS, zone) == oracle(spec, SIX_FIELD_AFTERS, zone), (spec, zone)
+    # The other reading gives other answers: the flag is what the engine matches.
+    assert ours(db, spec, SIX_FIELD_AFTERS, "UTC") != [croniter_default(spec, a) for a in SIX_FIELD_AFTERS]
+    first = ours(db, spec, [0], "UTC")
+    assert first != BAD and first[0] is not None
+    seconds_field = spec.split()[0]
+    assert seconds_field == "*/10" or int(seconds_field.split(",")[0]) == datetime.fromtimestamp(first[0], UTC).second
+
+
 # Specs from a looser grammar: out-of-range numbers, stray tokens, wrong field
 # counts, near-miss macros. Whatever croniter refuses, cron_next refuses
 # (LK003); whatever it accepts gets croniter's answer.

@@ -28,9 +28,9 @@ def call(db: psycopg.Connection, function: str, *args: Any) -> Any:
 
 
 def lock_row(db: psycopg.Connection, name: str) -> tuple[Any, ...] | None:
-    row = db.execute("SELECT name, owner, acquired_at, expires_at FROM alk.get_lock(%s)", [name]).fetchone()
-    assert row is not None
-    return None if row == (None, None, None, None) else row
+    rows = db.execute("SELECT name, owner, acquired_at, expires_at FROM alk.get_lock(%s)", [name]).fetchall()
+    assert len(rows) <= 1
+    return rows[0] if rows else None
 
 
 def table(db: psycopg.Connection) -> list[tuple[Any, ...]]:
@@ -258,6 +258,16 @@ def test_get_lock_shows_an_expired_lock_until_it_is_taken(db_now: psycopg.Connec
     assert row == ("a", True)
     with raises_lk("LK001", "name"):
         db_now.execute("SELECT * FROM alk.get_lock('')")
+
+
+def test_get_lock_of_a_free_name_is_no_row_and_a_null_scalar(db_now: psycopg.Connection) -> None:
+    for state in ("never taken", "released"):
+        assert db_now.execute("SELECT * FROM alk.get_lock('report')").fetchall() == [], state
+        assert db_now.execute("SELECT alk.get_lock('report')::text").fetchall() == [], state
+        assert db_now.execute("SELECT (SELECT alk.get_lock('report')) IS NOT DISTINCT FROM NULL").fetchone() == (True,)
+        call(db_now, "try_lock", "report", "a", 60)
+        assert lock_row(db_now, "report") == ("report", "a", NOW, NOW + 60)
+        assert call(db_now, "release_lock", "report", "a") is True
 
 
 # transactions and the catalogue ----------------------------------------------

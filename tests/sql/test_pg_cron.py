@@ -1,6 +1,6 @@
 """The pg_cron recipe of docs/schedule.md, end to end: pg_cron calls
-``alk.tick()`` every minute in the test database, and a schedule fires
-without any application process.
+``alk.scheduler_tick('pg_cron', 90)`` every minute in the test database, takes
+the scheduler's lease, and a schedule fires without any application process.
 
 It needs a server with the pg_cron extension installed and preloaded
 (``shared_preload_libraries = 'pg_cron'``); anywhere else it skips, saying
@@ -22,6 +22,8 @@ from tests.conftest import Server
 # Two minute boundaries: the schedule's first boundary, and pg_cron's first
 # run at or after it, lie within this from the registration.
 DEADLINE = 150.0
+# The command of the recipe in docs/schedule.md.
+RECIPE = "SELECT count(*) FROM alk.scheduler_tick('pg_cron', 90)"
 
 
 def _skip_unless_pg_cron(admin: psycopg.Connection) -> None:
@@ -43,8 +45,8 @@ def test_pg_cron_drives_tick(pg_server: Server, db: psycopg.Connection) -> None:
     with psycopg.connect(pg_server.dsn_for(cron_database), autocommit=True) as cron:
         cron.execute("CREATE EXTENSION IF NOT EXISTS pg_cron")
         row = cron.execute(
-            "SELECT cron.schedule_in_database(%s, '* * * * *', 'SELECT count(*) FROM alk.tick()', %s)",
-            [job_name, test_database],
+            "SELECT cron.schedule_in_database(%s, '* * * * *', %s, %s)",
+            [job_name, RECIPE, test_database],
         ).fetchone()
         assert row is not None
         job_id = row[0]
@@ -70,5 +72,14 @@ def test_pg_cron_drives_tick(pg_server: Server, db: psycopg.Connection) -> None:
                 pytest.fail(f"pg_cron did not run the tick within {DEADLINE:.0f}s: is its launcher running in "
                             f"database {cron_database!r} (cron.database_name)?")
             assert fired[0] == {"schedule": "every-minute", "fire_at": registered[0], "payload": None}
+            lease = db.execute("SELECT owner FROM alk.get_lock('alk:scheduler')").fetchone()
+            assert lease == ("pg_cron",)  # pg_cron leads: it went through the election
         finally:
             cron.execute("SELECT cron.unschedule(%s)", [job_id])
+
+
+def test_the_recipe_is_the_one_docs_schedule_md_gives() -> None:
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parents[2] / "docs" / "schedule.md").read_text()
+    assert f"cron.schedule('pyalk-tick', '* * * * *', '{RECIPE.replace(chr(39), chr(39) * 2)}')" in page

@@ -54,7 +54,7 @@ def schedule(db: psycopg.Connection, name: str, spec: str, queue: str = "q", **o
 
 
 def get_schedule(db: psycopg.Connection, name: str) -> dict[str, Any] | None:
-    cur = db.execute("SELECT * FROM alk.get_schedule(%s) WHERE name IS NOT NULL", [name])
+    cur = db.execute("SELECT * FROM alk.get_schedule(%s)", [name])
     row = cur.fetchone()
     if row is None:
         return None
@@ -399,8 +399,33 @@ def test_null_options_take_the_defaults(clocked: psycopg.Connection) -> None:
     assert (found["priority"], found["max_attempts"], found["tz"]) == (0, 3, "UTC")
 
 
-def test_get_schedule_of_an_unknown_name_is_null(clocked: psycopg.Connection) -> None:
-    assert one(clocked, "SELECT alk.get_schedule('nope') IS NULL") is True
+def test_get_schedule_of_an_unknown_name_is_no_row_and_a_null_scalar(clocked: psycopg.Connection) -> None:
+    # Not a composite of NULL fields: no row at all, in either call form.
+    assert clocked.execute("SELECT * FROM alk.get_schedule('nope')").fetchall() == []
+    assert clocked.execute("SELECT alk.get_schedule('nope')").fetchall() == []
+    assert clocked.execute("SELECT alk.get_schedule('nope')::text").fetchall() == []
+    assert one(clocked, "SELECT (SELECT alk.get_schedule('nope')) IS NOT DISTINCT FROM NULL") is True
+    schedule(clocked, "s", "@hourly")
+    assert clocked.execute("SELECT count(*) FROM alk.get_schedule('s')").fetchone() == (1,)
+    assert one(clocked, "SELECT (SELECT alk.get_schedule('s')) IS NOT DISTINCT FROM NULL") is False
+
+
+def test_every_integer_of_a_schedule_is_bigint(clocked: psycopg.Connection) -> None:
+    types = clocked.execute(
+        "SELECT c.relname, a.attname, format_type(a.atttypid, a.atttypmod) FROM pg_attribute a"
+        " JOIN pg_class c ON c.oid = a.attrelid WHERE c.relnamespace = 'alk'::regnamespace"
+        " AND c.relname IN ('schedule', 'schedules') AND a.attnum > 0 AND a.atttypid IN ('int2'::regtype,"
+        " 'int4'::regtype, 'int8'::regtype)").fetchall()
+    assert {(rel, column) for rel, column, _ in types} >= {
+        ("schedule", "priority"), ("schedule", "max_attempts"), ("schedules", "priority"),
+        ("schedules", "max_attempts")}
+    assert {kind for _, _, kind in types} == {"bigint"}
+    big = 2**40
+    schedule(clocked, "big", "@hourly", priority=big, max_attempts=big)
+    found = get_schedule(clocked, "big")
+    assert found is not None and (found["priority"], found["max_attempts"]) == (big, big)
+    cur = clocked.execute("SELECT priority, max_attempts FROM alk.get_schedule('big')")
+    assert [c.type_code for c in cur.description or []] == [20, 20]  # int8: one width for every client
 
 
 def test_list_schedules_is_in_name_order(clocked: psycopg.Connection) -> None:
@@ -470,8 +495,6 @@ def test_hostile_names_are_plain_data(clocked: psycopg.Connection, name: str) ->
     [
         ({"spec": "61 * * * *"}, "LK003", "minute"),
         ({"tz": "Mars/Base"}, "LK003", "tz"),
-        ({"priority": 2**31}, "LK002", "priority"),
-        ({"max_attempts": -(2**31) - 1}, "LK002", "max_attempts"),
     ],
 )
 def test_a_refused_registration_writes_nothing(
@@ -652,18 +675,167 @@ def test_a_tick_inside_a_transaction_is_part_of_it(clocked: psycopg.Connection) 
 
 
 def test_tick_at_the_edges_of_time(clocked: psycopg.Connection) -> None:
-    schedule(clocked, "s", "@every 1s")
+    first = schedule(clocked, "s", "@every 1s")
+    assert first == NOW + 1
+    # The bigint minimum: nothing is due, nothing moves.
     assert tick(clocked, MIN) == []
-    # A clock past the calendar fires the capped backlog and then has nothing
-    # left to fire: the schedule is over.
+    assert next_fire(clocked, "s") == first
+    # The bigint maximum: past the calendar, so the capped backlog fires and,
+    # with no boundary after now to skip to, the schedule keeps its first
+    # unfired boundary instead of being switched off.
+    assert fired(tick(clocked, MAX)) == [("s", first + i) for i in range(CAP)]
+    assert next_fire(clocked, "s") == first + CAP
+    # Ordinary ticks afterwards still fire, from that boundary on.
+    assert tick(clocked, first + CAP - 1) == []
+    assert fired(tick(clocked, first + CAP + 1)) == [("s", first + CAP), ("s", first + CAP + 1)]
+    # Extreme ticks again, in either order, never end it.
     assert len(tick(clocked, MAX)) == CAP
-    assert next_fire(clocked, "s") is None
-    assert tick(clocked, MAX) == []
+    assert tick(clocked, MIN) == []
+    assert next_fire(clocked, "s") == first + 2 * CAP + 2
+
+
+def test_a_tick_past_the_calendar_on_a_sparse_spec_keeps_it_alive(clocked: psycopg.Connection) -> None:
+    first = schedule(clocked, "yearly", "@yearly")
+    boundaries = [first]
+    for _ in range(CAP):
+        boundaries.append(cron_next(clocked, "@yearly", boundaries[-1]))  # type: ignore[arg-type]
+    assert fired(tick(clocked, MAX)) == [("yearly", b) for b in boundaries[:CAP]]
+    assert next_fire(clocked, "yearly") == boundaries[CAP]
+
+
+def test_a_spec_that_runs_out_of_calendar_ends_only_at_its_last_boundary(clocked: psycopg.Connection) -> None:
+    # A backlog within the cap that reaches the last representable boundary:
+    # the spec itself has nothing left, which is the one way to NULL.
+    last = at("9999-12-31T00:00")
+    pin_clock(clocked, last - 3 * 86400)
+    schedule(clocked, "daily", "@daily")
+    assert fired(tick(clocked, MAX)) == [("daily", last - 2 * 86400), ("daily", last - 86400), ("daily", last)]
+    assert next_fire(clocked, "daily") is None
+
+
+# scheduler_tick ------------------------------------------------------------------------
+
+
+def scheduler_tick(db: psycopg.Connection, owner: str | None, ttl: int | None = 30) -> list[tuple[str, str, int, int]]:
+    return db.execute("SELECT * FROM alk.scheduler_tick(owner => %s, ttl => %s)", [owner, ttl]).fetchall()
+
+
+def lease(db: psycopg.Connection) -> tuple[str, int] | None:
+    row = db.execute("SELECT owner, expires_at FROM alk.get_lock('alk:scheduler')").fetchone()
+    return None if row is None else (row[0], row[1])
+
+
+def test_scheduler_tick_takes_the_lease_and_fires(clocked: psycopg.Connection) -> None:
+    first = schedule(clocked, "s", "@every 10s")
+    assert scheduler_tick(clocked, "a") == []
+    assert lease(clocked) == ("a", NOW + 30)
+    pin_clock(clocked, first + 10)
+    rows = scheduler_tick(clocked, "a", 30)
+    assert fired(rows) == [("s", first), ("s", first + 10)]
+    assert rows == tick_shaped(rows)
+    assert lease(clocked) == ("a", first + 40)  # renewed: a new full window from now
+
+
+def tick_shaped(rows: list[tuple[str, str, int, int]]) -> list[tuple[str, str, int, int]]:
+    return [(str(n), str(q), int(f), int(j)) for n, q, f, j in rows]
+
+
+def test_scheduler_tick_returns_what_tick_returns(clocked: psycopg.Connection) -> None:
+    tick_columns = clocked.execute("SELECT * FROM alk.tick(0) LIMIT 0").description
+    leader_columns = clocked.execute("SELECT * FROM alk.scheduler_tick('a', 30) LIMIT 0").description
+    assert [(c.name, c.type_code) for c in leader_columns or []] == [(c.name, c.type_code) for c in tick_columns or []]
+
+
+def test_a_second_owner_gets_lk004_and_nothing_fires(clocked: psycopg.Connection) -> None:
+    first = schedule(clocked, "s", "* * * * *")
+    assert scheduler_tick(clocked, "a", 60) == []
+    pin_clock(clocked, first)
+    with raises_lk("LK004", "'b'", "alk:scheduler", "'a'", str(NOW + 60)):
+        scheduler_tick(clocked, "b")
+    assert job_count(clocked) == 0
+    assert next_fire(clocked, "s") == first
+    assert lease(clocked) == ("a", NOW + 60)
+    assert fired(scheduler_tick(clocked, "a")) == [("s", first)]
+
+
+def test_a_lapsed_lease_hands_over(clocked: psycopg.Connection) -> None:
+    first = schedule(clocked, "s", "* * * * *")
+    assert scheduler_tick(clocked, "a", 30) == []
+    pin_clock(clocked, NOW + 29)
+    with raises_lk("LK004"):
+        scheduler_tick(clocked, "b", 30)
+    pin_clock(clocked, NOW + 30)  # expires_at <= now: free for the taking
+    assert scheduler_tick(clocked, "b", 30) == []
+    assert lease(clocked) == ("b", NOW + 60)
+    pin_clock(clocked, first)
+    with raises_lk("LK004", "'a'", "'b'"):
+        scheduler_tick(clocked, "a", 30)
+    assert fired(scheduler_tick(clocked, "b", 30)) == [("s", first)]
+    assert job_count(clocked) == 1
+
+
+def test_a_released_lease_is_taken_at_once(clocked: psycopg.Connection) -> None:
+    scheduler_tick(clocked, "a")
+    assert one(clocked, "SELECT alk._release_lock('alk:scheduler', 'a')") is True
+    assert scheduler_tick(clocked, "b") == []
+    assert lease(clocked) == ("b", NOW + 30)
+
+
+@pytest.mark.parametrize(("owner", "ttl", "code", "fragment"), [
+    (None, 30, "LK001", "owner"), ("", 30, "LK001", "owner"), ("a", 0, "LK002", "ttl"), ("a", -1, "LK002", "ttl"),
+    ("a", None, "LK002", "ttl"),
+])
+def test_scheduler_tick_refuses_bad_arguments_and_writes_nothing(
+    clocked: psycopg.Connection, owner: str | None, ttl: int | None, code: str, fragment: str
+) -> None:
+    first = schedule(clocked, "s", "* * * * *")
+    pin_clock(clocked, first)
+    with raises_lk(code, fragment):
+        scheduler_tick(clocked, owner, ttl)
+    assert lease(clocked) is None
+    assert job_count(clocked) == 0
+
+
+def test_a_failed_scheduler_tick_leaves_neither_jobs_nor_lease(clocked: psycopg.Connection) -> None:
+    first = schedule(clocked, "s", "* * * * *", "q")
+    pin_clock(clocked, first)
+    # A trigger that fails the enqueue stands in for any failure in the tick.
+    clocked.execute("CREATE FUNCTION pg_temp.boom() RETURNS trigger LANGUAGE plpgsql AS"
+                    " $$ BEGIN RAISE EXCEPTION 'boom'; END $$")
+    clocked.execute("CREATE TRIGGER boom BEFORE INSERT ON alk.jobs FOR EACH ROW EXECUTE FUNCTION pg_temp.boom()")
+    with pytest.raises(psycopg.errors.RaiseException):
+        scheduler_tick(clocked, "a")
+    clocked.execute("DROP TRIGGER boom ON alk.jobs")
+    assert lease(clocked) is None
+    assert next_fire(clocked, "s") == first
+
+
+def test_concurrent_scheduler_ticks_elect_one_leader(connect: Callable[..., psycopg.Connection]) -> None:
+    conns = [connect() for _ in range(TICKERS)]
+    pin_clock(conns[0], NOW)
+    first = schedule(conns[0], "s", "* * * * *")
+    for conn in conns:
+        pin_clock(conn, first)
+    barrier = threading.Barrier(TICKERS)
+
+    def run(index: int) -> str:
+        barrier.wait()
+        try:
+            rows = conns[index].execute("SELECT * FROM alk.scheduler_tick(%s, 30)", [f"owner-{index}"]).fetchall()
+        except psycopg.Error as error:
+            return error.sqlstate or "?"
+        return f"fired {len(rows)}"
+
+    with ThreadPoolExecutor(TICKERS) as pool:
+        outcomes = list(pool.map(run, range(TICKERS)))
+    assert sorted(outcomes) == ["LK004"] * (TICKERS - 1) + ["fired 1"]
+    assert job_count(conns[0]) == 1
 
 
 # the catalogue ---------------------------------------------------------------------------
 
-SCHEDULE_FUNCTIONS = ["cron_next", "schedule", "get_schedule", "unschedule", "list_schedules", "tick"]
+SCHEDULE_FUNCTIONS = [
+    "cron_next", "schedule", "get_schedule", "unschedule", "list_schedules", "tick", "scheduler_tick"]
 
 
 def test_public_functions_are_documented_definer_functions_with_a_pinned_path(ro: psycopg.Connection) -> None:

@@ -226,6 +226,21 @@ def test_tick_fires_due_boundaries(pinned, conn, db):
     assert schedule is not None and schedule.next_fire_at == NOW + 160
 
 
+def test_scheduler_tick_leads_fires_and_maps_lk004(pinned, conn, db):
+    pinned.schedule("heartbeat", "@every 30s", "pings")
+    conn.execute("SELECT set_config('alk.now', %s, false)", [str(NOW + 30)])
+    fired = pinned.schedules.scheduler_tick("a", 60)
+    assert [(f.schedule_name, f.queue, f.fire_at) for f in fired] == [("heartbeat", "pings", NOW + 10)]
+    assert [f.fire_at for f in pinned.schedules.scheduler_tick("a", 60)] == []
+    assert db.execute("SELECT owner, expires_at FROM alk.get_lock('alk:scheduler')").fetchone() == ("a", NOW + 90)
+    conn.execute("SELECT set_config('alk.now', %s, false)", [str(NOW + 60)])
+    with pytest.raises(LeadershipLost, match="'a'"):  # the SQL's LK004, naming the holder
+        pinned.schedules.scheduler_tick("b", 60)
+    assert db.execute("SELECT count(*) FROM alk.jobs WHERE queue = 'pings'").fetchone() == (1,)  # b fired nothing
+    with pytest.raises(InvalidArgument, match="ttl"):
+        pinned.schedules.scheduler_tick("a", 0)
+
+
 def test_cron_next(pinned):
     assert pinned.cron_next("30 9 * * mon-fri", NOW, "Europe/Berlin") == 1_700_037_000
     assert pinned.cron_next("*/10 * * * * *", NOW) == NOW + 10
@@ -253,7 +268,7 @@ def test_refusals_map_to_pyalk_errors_and_store_nothing(pinned, db):
     with pytest.raises(InvalidName):
         pinned.unschedule("alk:scheduler")
     with pytest.raises(InvalidArgument, match="priority"):
-        pinned.schedule("s", "@hourly", "q", priority=2**31)
+        pinned.schedule("s", "@hourly", "q", priority=2**63)  # outside bigint
     with pytest.raises(InvalidArgument, match="expires"):
         pinned.schedule("s", "@hourly", "q", expires=2**63)
     with pytest.raises(InvalidArgument, match="after"):
