@@ -22,6 +22,7 @@ from rich.console import Console, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from pyalk import cli_dashboard
 from pyalk.errors import AlkError
 
 if TYPE_CHECKING:
@@ -309,6 +310,7 @@ def cmd_worker(args: argparse.Namespace, console: Console) -> None:
         "batch_size": args.batch_size, "poll_interval": args.poll_interval, "grace_period": args.grace,
         "listen": not args.no_listen, "burst": args.burst,
     }
+    options.update(cli_dashboard.worker_observer(args, dsn, AsyncWorker if _is_async(handler) else Worker))
     counts: WorkerCounts
     if _is_async(handler):
         async def run_async() -> WorkerCounts:
@@ -394,6 +396,7 @@ def parser() -> argparse.ArgumentParser:
                         help="size of the worker's connection pool (4), plus one LISTEN connection")
     worker.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
     worker.add_argument("--log-format", default="text", choices=("text", "json"))
+    cli_dashboard.add_worker_option(worker)
     database_options(worker)
     worker.set_defaults(run=cmd_worker)
 
@@ -432,7 +435,12 @@ def parser() -> argparse.ArgumentParser:
                          help="only this job (repeatable); default: every dead job of the queue")
     database_options(requeue)
     requeue.set_defaults(run=cmd_requeue_dead)
+    cli_dashboard.add_commands(commands, database_options, _with_database)
     return root
+
+
+def _with_database(command: Callable[[argparse.Namespace, str], None]) -> Callable[[argparse.Namespace, Console], None]:
+    return lambda args, console: command(args, _database(args))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

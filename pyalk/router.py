@@ -39,6 +39,12 @@ ROUTES: dict[str, str] = {
     "list_schedules": "all",
     "queue_stats": "hash_or_all",
     "tick": "custom",
+    # 0009 observe: the whole-system reads gather every partition.
+    "list_locks": "all",
+    "schedule_overview": "all",
+    "stream_stats": "hash_or_all",
+    "stream_consumer_lag": "hash_or_all",
+    "queue_throughput": "hash_or_all",
 }
 
 #: The job operations take the queue last and optional (job ids are unique
@@ -287,7 +293,8 @@ def _function(function: Function) -> str:
     # all / hash_or_all: a proxy on every partition, and a wrapper that
     # sorts the concatenation (PL/Proxy returns partition after partition).
     parts = [_proxy(f"_all_{function.name}", function.arguments, _setof(function), "ALL", _remote_call(function))]
-    merged = f"SELECT * FROM alk._all_{function.name}({function.call_arguments}) ORDER BY 1"
+    # Two columns: a name, then what orders one name's rows (a consumer, a bucket).
+    merged = f"SELECT * FROM alk._all_{function.name}({function.call_arguments}) ORDER BY 1, 2"
     if route == "all":
         body = f"RETURN QUERY {merged};"
     elif route == "hash_or_all":
