@@ -241,8 +241,8 @@ def _text(value: Any) -> str | None:
 
 
 def _json_text(payload: Any) -> Response:
-    return Response(_pretty(payload), media_type="text/plain; charset=utf-8",
-                    headers={"X-Content-Type-Options": "nosniff"})
+    # Plain text (nosniff comes with every response): never rendered as HTML.
+    return Response(_pretty(payload), media_type="text/plain; charset=utf-8")
 
 
 def _handled(handler: Callable[[Request], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
