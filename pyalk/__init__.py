@@ -13,15 +13,19 @@ PostgreSQL as versioned SQL functions; this package binds them.
 """
 
 from pyalk._async.client import AsyncAlk
+from pyalk._async.executor import AsyncExecutor
 from pyalk._async.lock import AsyncLock
 from pyalk._async.outbox import AsyncOutbox
 from pyalk._async.queue import AsyncJobHandle, AsyncQueue
+from pyalk._async.schedule import AsyncSchedules
 from pyalk._async.stream import AsyncStream, AsyncSubscription
 from pyalk._async.worker import AsyncWorker
 from pyalk._sync.client import Alk
+from pyalk._sync.executor import Executor
 from pyalk._sync.lock import Lock
 from pyalk._sync.outbox import Outbox
 from pyalk._sync.queue import JobHandle, Queue
+from pyalk._sync.schedule import Schedules
 from pyalk._sync.stream import Stream, Subscription
 from pyalk._sync.worker import Worker
 from pyalk.errors import (
@@ -35,6 +39,7 @@ from pyalk.errors import (
     SchemaMismatch,
 )
 from pyalk.job import Job
+from pyalk.lock_value import LockInfo
 from pyalk.options import QueueOpts
 from pyalk.schedule_value import Fired, Schedule
 from pyalk.stop_token import AsyncStopToken, StopToken
@@ -45,16 +50,19 @@ __all__ = [
     "Alk",
     "AlkError",
     "AsyncAlk",
+    "AsyncExecutor",
     "AsyncJobHandle",
     "AsyncLock",
     "AsyncOutbox",
     "AsyncQueue",
+    "AsyncSchedules",
     "AsyncStopToken",
     "AsyncStream",
     "AsyncSubscription",
     "AsyncWorker",
     "ClaimInTransaction",
     "CodecError",
+    "Executor",
     "Fired",
     "InvalidArgument",
     "InvalidName",
@@ -63,12 +71,14 @@ __all__ = [
     "JobHandle",
     "LeadershipLost",
     "Lock",
+    "LockInfo",
     "Outbox",
     "PermanentError",
     "Queue",
     "QueueOpts",
     "QueueStats",
     "Schedule",
+    "Schedules",
     "SchemaMismatch",
     "StopToken",
     "Stream",

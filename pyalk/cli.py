@@ -9,30 +9,41 @@ import dataclasses
 import importlib
 import inspect
 import json
+import logging
 import os
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import psycopg
 from rich.console import Console, RenderableType
+from rich.live import Live
+from rich.logging import RichHandler
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    ProgressColumn,
+    SpinnerColumn,
+    Task,
+    TextColumn,
+    TimeElapsedColumn,
+)
 from rich.table import Table
 from rich.text import Text
 
-from pyalk import cli_dashboard
+from pyalk import Alk, AsyncAlk, AsyncWorker, PermanentError, Worker, WorkerCounts, demo, embedded, log, migrate
+from pyalk.cli_dashboard import add_commands, add_worker_option, worker_observer
 from pyalk.errors import AlkError
-
-if TYPE_CHECKING:
-    from pyalk import Alk, AsyncWorker, Worker, WorkerCounts
+from pyalk.install import install_script
+from pyalk.router import router_install
 
 
 def _dsn(args: argparse.Namespace, *, stop_at_exit: bool = False) -> str:
     if getattr(args, "embedded", False):
-        from pyalk import embedded
-
         return embedded.start(stop_at_exit=stop_at_exit)
     dsn = args.dsn or os.environ.get("PYALK_DSN")
     if not dsn:
@@ -49,8 +60,6 @@ def _database(args: argparse.Namespace) -> str:
     started (or reused) and migrated: it is pyalk's own."""
     dsn = _dsn(args)
     if getattr(args, "embedded", False):
-        from pyalk import migrate
-
         migrate.upgrade(dsn)
     return dsn
 
@@ -59,8 +68,6 @@ def _database(args: argparse.Namespace) -> str:
 def _client(args: argparse.Namespace) -> Iterator[Alk]:
     """A client on one direct connection: a short command fails at once
     when the server is unreachable instead of waiting on a pool."""
-    from pyalk import Alk
-
     with psycopg.connect(_database(args), autocommit=True, connect_timeout=10) as conn:
         yield Alk(conn)
 
@@ -109,8 +116,6 @@ def _stamp(at: int | None) -> str:
 
 
 def cmd_migrate(args: argparse.Namespace, console: Console) -> None:
-    from pyalk import migrate
-
     dsn = _dsn(args)
     before = migrate.current(dsn)
     migrate.upgrade(dsn)
@@ -119,20 +124,13 @@ def cmd_migrate(args: argparse.Namespace, console: Console) -> None:
 
 
 def cmd_sql(args: argparse.Namespace, console: Console) -> None:
-    from pyalk.install import install_script
-    from pyalk.router import router_install
-
     sys.stdout.write(router_install(args.router) if args.router else install_script(after=args.after))
 
 
 def cmd_demo(args: argparse.Namespace, console: Console) -> None:
-    from pyalk import demo
-
     dsn = args.dsn or os.environ.get("PYALK_DSN")
     if not dsn:
         console.print("starting an embedded PostgreSQL ...")
-        from pyalk import embedded
-
         dsn = embedded.start(stop_at_exit=not args.keep_server)
     demo.run(dsn, jobs=args.jobs, workers=args.workers, console=console)
 
@@ -159,8 +157,6 @@ def cmd_enqueue(args: argparse.Namespace, console: Console) -> None:
         # JSON Lines on stdin: one job per non-blank line, enqueued in batches.
         payloads = [_json_argument(line, f"line {number} of stdin")
                     for number, line in enumerate(sys.stdin, start=1) if line.strip()]
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
         ids: list[int] = []
         columns = (TextColumn(f"enqueue into {args.queue!r}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
         with Progress(*columns, console=Console(stderr=True), transient=True) as progress:
@@ -174,7 +170,7 @@ def cmd_enqueue(args: argparse.Namespace, console: Console) -> None:
 
 def _stats_table(alk: Alk, queue: str | None) -> RenderableType:
     stats = alk.stats(queue)
-    now = int(alk._value("SELECT alk.now()", {}))
+    now = int(alk.executor.value("SELECT alk.now()"))
     if not stats:
         return Text("no jobs in any queue")
     table = Table(title=f"pyalk queues at {_stamp(now)} UTC", title_justify="left")
@@ -201,8 +197,6 @@ def cmd_status(args: argparse.Namespace, console: Console) -> None:
         if not args.watch:
             console.print(_stats_table(alk, args.queue))
             return
-        from rich.live import Live
-
         refreshes = 0
         try:
             with Live(_stats_table(alk, args.queue), console=console, auto_refresh=False) as live:
@@ -216,10 +210,8 @@ def cmd_status(args: argparse.Namespace, console: Console) -> None:
 
 
 def cmd_jobs(args: argparse.Namespace, console: Console) -> None:
-    from pyalk._sync.worker import list_jobs
-
     with _client(args) as alk:
-        jobs = list_jobs(alk, args.queue, args.state, limit=args.limit, after_id=args.after_id)
+        jobs = alk.queue(args.queue).list_jobs(args.state, limit=args.limit, after_id=args.after_id)
     if args.json:
         for job in jobs:
             sys.stdout.write(json.dumps(dataclasses.asdict(job)) + "\n")
@@ -246,10 +238,8 @@ def cmd_jobs(args: argparse.Namespace, console: Console) -> None:
 
 
 def cmd_requeue_dead(args: argparse.Namespace, console: Console) -> None:
-    from pyalk._sync.worker import requeue_dead
-
     with _client(args) as alk, console.status(f"requeueing dead jobs of {args.queue!r}"):
-        moved = requeue_dead(alk, args.queue, args.ids)
+        moved = alk.queue(args.queue).requeue_dead(args.ids)
     console.print(f"requeued {moved} dead job{'s' if moved != 1 else ''} of {args.queue!r}")
 
 
@@ -264,17 +254,11 @@ def _is_async(handler: Any) -> bool:
 @contextmanager
 def _worker_display(worker: Worker | AsyncWorker, args: argparse.Namespace) -> Iterator[None]:
     """Logs on stderr; on a terminal, a live line of counts under them."""
-    import logging
-
-    from pyalk import log
-
     errors = Console(stderr=True)
     if not errors.is_terminal or args.log_format == "json":
         log.configure(args.log_level, args.log_format)
         yield
         return
-    from rich.logging import RichHandler
-    from rich.progress import Progress, ProgressColumn, SpinnerColumn, Task, TextColumn, TimeElapsedColumn
 
     class Counts(ProgressColumn):
         def render(self, task: Task) -> Text:
@@ -291,8 +275,6 @@ def _worker_display(worker: Worker | AsyncWorker, args: argparse.Namespace) -> I
 
 
 def cmd_worker(args: argparse.Namespace, console: Console) -> None:
-    from pyalk import AsyncAlk, AsyncWorker, PermanentError, Worker
-
     handler = _import(args.target, "the handler")
     if not callable(handler):
         raise CliError(f"{args.target} is not callable")
@@ -310,7 +292,7 @@ def cmd_worker(args: argparse.Namespace, console: Console) -> None:
         "batch_size": args.batch_size, "poll_interval": args.poll_interval, "grace_period": args.grace,
         "listen": not args.no_listen, "burst": args.burst,
     }
-    options.update(cli_dashboard.worker_observer(args, dsn, AsyncWorker if _is_async(handler) else Worker))
+    options.update(worker_observer(args, dsn, AsyncWorker if _is_async(handler) else Worker))
     counts: WorkerCounts
     if _is_async(handler):
         async def run_async() -> WorkerCounts:
@@ -321,8 +303,6 @@ def cmd_worker(args: argparse.Namespace, console: Console) -> None:
 
         counts = asyncio.run(run_async())
     else:
-        from pyalk import Alk
-
         with Alk(dsn, max_connections=args.max_connections) as alk:
             worker = Worker(alk, args.queue, handler, **options)
             with _worker_display(worker, args):
@@ -396,7 +376,7 @@ def parser() -> argparse.ArgumentParser:
                         help="size of the worker's connection pool (4), plus one LISTEN connection")
     worker.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
     worker.add_argument("--log-format", default="text", choices=("text", "json"))
-    cli_dashboard.add_worker_option(worker)
+    add_worker_option(worker)
     database_options(worker)
     worker.set_defaults(run=cmd_worker)
 
@@ -435,7 +415,7 @@ def parser() -> argparse.ArgumentParser:
                          help="only this job (repeatable); default: every dead job of the queue")
     database_options(requeue)
     requeue.set_defaults(run=cmd_requeue_dead)
-    cli_dashboard.add_commands(commands, database_options, _with_database)
+    add_commands(commands, database_options, _with_database)
     return root
 
 

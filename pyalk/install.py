@@ -1,7 +1,9 @@
 """The versioned SQL scripts and the install script for psql users.
 
 ``sql/versions/NNNN_<mechanism>.sql`` are immutable once landed; the chain
-is their order. A psql install runs them in one transaction and records the
+is their order. ``sql/<mechanism>.sql`` (``CURRENT``) are the current
+definition, which a fresh install may run instead (``current_script``); the
+migration tests prove both give the same catalog. A psql install runs them in one transaction and records the
 head in ``alk.alembic_version``, the same table Alembic keeps, so either path
 can take over from the other.
 """
@@ -41,6 +43,14 @@ def versions() -> list[Version]:
     return found
 
 
+#: The current definition, one file per mechanism, in dependency order.
+CURRENT = ("core", "queue", "stream", "outbox", "lock", "schedule")
+
+
+def current_files() -> list[Path]:
+    return [sql_dir() / f"{name}.sql" for name in CURRENT]
+
+
 def head() -> str:
     return versions()[-1].number
 
@@ -63,8 +73,37 @@ def install_script(after: str | None = None) -> str:
     Either way it refuses to run against a database at another version.
     """
     chain = [v for v in versions() if after is None or v.number > after]
+    parts = _preamble(after)
+    for version in chain:
+        parts.append(f"-- version {version.number}: {version.mechanism}")
+        parts.append(version.sql())
+    if chain:
+        parts += _record(chain[-1].number)
+    parts.append("COMMIT;")
+    return "\n".join(parts) + "\n"
+
+
+def current_script() -> str:
+    """A fresh install from the current definition (sql/<mechanism>.sql),
+    recorded as the head version; it refuses a database that has pyalk."""
+    parts = _preamble(None)
+    for path in current_files():
+        parts.append(f"-- current: {path.name}")
+        parts.append(path.read_text(encoding="utf-8"))
+    parts += _record(head())
+    parts.append("COMMIT;")
+    return "\n".join(parts) + "\n"
+
+
+def _record(number: str) -> list[str]:
+    return [f"DELETE FROM alk.{VERSION_TABLE};",
+            f"INSERT INTO alk.{VERSION_TABLE} (version_num) VALUES ('{number}');"]
+
+
+def _preamble(after: str | None) -> list[str]:
+    """BEGIN, the lock and version table, and the guard that the database is at ``after``."""
     expected = "NULL" if after is None else f"'{after}'"
-    parts = [
+    return [
         "-- pyalk install script: run with psql -v ON_ERROR_STOP=1 -1 -f <file> (or let it BEGIN itself).",
         "BEGIN;",
         BOOTSTRAP,
@@ -78,11 +117,3 @@ BEGIN
 END
 $pyalk$;""",
     ]
-    for version in chain:
-        parts.append(f"-- version {version.number}: {version.mechanism}")
-        parts.append(version.sql())
-    if chain:
-        parts.append(f"DELETE FROM alk.{VERSION_TABLE};")
-        parts.append(f"INSERT INTO alk.{VERSION_TABLE} (version_num) VALUES ('{chain[-1].number}');")
-    parts.append("COMMIT;")
-    return "\n".join(parts) + "\n"

@@ -16,7 +16,7 @@ from sqlglot.tokens import TokenType
 
 from pyalk.docgen import render
 from pyalk.errors import BY_SQLSTATE
-from pyalk.install import versions
+from pyalk.install import current_files
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -27,7 +27,10 @@ SQL_ONLY = {
 
 
 #: Hot-path expression helpers that carry no SET clause so the planner can
-#: inline them (sql/versions/0001_core.sql explains why).
+#: inline them (sql/core.sql explains why at alk.now): alk.now, the clock;
+#: _sat_add and _sat_sub, saturating stamp arithmetic in every WHERE and SET;
+#: _holds, the claimed-job predicate of ack/retry/fail/heartbeat (sql/queue.sql);
+#: _purge_at, the retention rule the sweep's index is built on.
 INLINABLE = {"now", "_sat_add", "_sat_sub", "_holds", "_purge_at"}
 
 
@@ -45,7 +48,9 @@ def test_every_function_pins_search_path_and_public_ones_are_definer_and_documen
         if name in INLINABLE:
             assert config is None, f"alk.{name} must stay inlinable (no SET clause)"
         else:
-            assert config and "search_path=pg_catalog, pg_temp" in config, name
+            # Exactly this setting (other settings such as TimeZone may sit beside it).
+            pinned = [item for item in config or [] if item.startswith("search_path=")]
+            assert pinned == ["search_path=pg_catalog, pg_temp"], f"alk.{name} has proconfig {config}"
         assert comment, f"alk.{name} has no COMMENT"
         assert not _public_in(acl), f"PUBLIC may execute alk.{name}: {acl}"
         if not name.startswith("_") and name != "now":
@@ -153,25 +158,46 @@ def _statements(text: str) -> list[list[sqlglot.tokens.Token]]:
     return [s for s in statements if s]
 
 
+def _argument_types(tokens: list[sqlglot.tokens.Token]) -> str:
+    """The text between the name's parentheses, a stand-in for the signature."""
+    depth, text = 0, []
+    for token in tokens:
+        if token.token_type == TokenType.L_PAREN:
+            depth += 1
+            if depth == 1:
+                continue
+        elif token.token_type == TokenType.R_PAREN:
+            depth -= 1
+            if depth == 0:
+                break
+        if depth >= 1:
+            text.append(token.text)
+    return " ".join(text)
+
+
 def _created_functions() -> dict[str, str]:
-    """alk function name -> the version file that creates it, from sql/."""
+    """alk function name -> the current file (sql/<mechanism>.sql) that creates
+    it; every function is qualified and created once per name and signature."""
     found: dict[str, str] = {}
-    for version in versions():
-        for tokens in _statements(version.sql()):
+    signatures: dict[tuple[str, str], str] = {}
+    for path in current_files():
+        for tokens in _statements(path.read_text()):
             words = [t.text.upper() for t in tokens[:4]]
             if words[:2] == ["CREATE", "FUNCTION"] or words[:4] == ["CREATE", "OR", "REPLACE", "FUNCTION"]:
                 start = 2 if words[1] == "FUNCTION" else 4
                 schema, dot, name = (t.text for t in tokens[start:start + 3])
-                assert (schema, dot) == ("alk", "."), f"unqualified function in {version.path.name}"
-                body = " ".join(t.text for t in tokens)
-                assert "search_path" in body or name in INLINABLE, (
-                    f"alk.{name} in {version.path.name} does not pin search_path")
-                found.setdefault(name, version.path.name)
+                assert (schema, dot) == ("alk", "."), f"unqualified function in {path.name}"
+                signature = (name, _argument_types(tokens[start + 3:]))
+                assert signature not in signatures, (
+                    f"alk.{name} is created in {signatures[signature]} and again in {path.name}: define it once")
+                signatures[signature] = path.name
+                found.setdefault(name, path.name)
     return found
 
 
-def test_migration_lint_every_function_is_qualified_and_pins_search_path():
-    assert "claim" in _created_functions()
+def test_current_files_create_every_function_once_and_qualified():
+    created = _created_functions()
+    assert created["claim"] == "queue.sql" and created["schema_info"] == "core.sql"
 
 
 def test_every_public_function_is_bound_in_python_and_documented():
@@ -187,8 +213,8 @@ def test_every_public_function_is_bound_in_python_and_documented():
 
 def test_error_codes_agree_between_sql_python_and_docs():
     raised = set()
-    for version in versions():
-        raised |= set(re.findall(r"'(LK\d{3})'", version.sql()))
+    for path in current_files():
+        raised |= set(re.findall(r"'(LK\d{3})'", path.read_text()))
     documented = set(re.findall(r"^\| `(LK\d{3})` \| `pyalk\.(\w+)`", (ROOT / "docs/errors.md").read_text(), re.M))
     assert "LK000" not in raised
     assert raised <= set(BY_SQLSTATE)

@@ -13,21 +13,21 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from pyalk import _codec
-from pyalk._async.queue import _ENQUEUE_OPTIONS, AsyncJobHandle, AsyncQueue
+from pyalk._async.queue import ENQUEUE_OPTIONS, AsyncJobHandle, enqueue_params
 from pyalk.job import JOB_COLUMNS, Job, job_from_row
 from pyalk.options import QueueOpts
 
 if TYPE_CHECKING:
     from psycopg import AsyncConnection
 
-    from pyalk._async.client import AsyncAlk
+    from pyalk._async.executor import AsyncExecutor
 
 logger = logging.getLogger("pyalk.outbox")
 
-_ENQUEUE = "SELECT alk.outbox_enqueue(outbox => %(queue)s, payload => %(payload)s::jsonb," + _ENQUEUE_OPTIONS + ")"
+_ENQUEUE = "SELECT alk.outbox_enqueue(outbox => %(queue)s, payload => %(payload)s::jsonb," + ENQUEUE_OPTIONS + ")"
 _ENQUEUE_BATCH = (
     "SELECT * FROM alk.outbox_enqueue_batch(outbox => %(queue)s, payloads => %(payloads)s::jsonb[],"
-    + _ENQUEUE_OPTIONS
+    + ENQUEUE_OPTIONS
     + ")"
 )
 _CLAIM = "SELECT " + JOB_COLUMNS + " FROM alk.outbox_claim(%(outbox)s, %(worker_id)s, %(n)s::bigint)"
@@ -54,13 +54,11 @@ class AsyncOutbox:
     60 s visibility, 5 attempts, 5 s backoff base, dead rows kept forever).
     """
 
-    def __init__(self, alk: AsyncAlk, name: str, opts: QueueOpts | None = None) -> None:
-        self._alk = alk
-        # Binds the enqueue options exactly as a queue handle does; the name
-        # goes to alk.outbox_* functions, which derive the backing queue.
-        self._options = AsyncQueue(alk, name, opts)
-        self.name = self._options.name
-        self.opts = self._options.opts
+    def __init__(self, executor: AsyncExecutor, name: str, opts: QueueOpts | None = None) -> None:
+        self.executor = executor
+        # The name goes to the alk.outbox_* functions, which derive the backing queue.
+        self.name = _codec.text(name, "outbox")
+        self.opts = opts or QueueOpts()
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.name!r})"
@@ -82,9 +80,9 @@ class AsyncOutbox:
         message commits or rolls back with your own writes; pyalk never
         commits or rolls back a connection it was given.
         """
-        params = self._options._enqueue_params(delay, run_at, priority, max_attempts, expires)
+        params = enqueue_params(self.name, self.opts, delay, run_at, priority, max_attempts, expires)
         params["payload"] = _codec.payload(payload)
-        return int(await self._alk._value(_ENQUEUE, params, conn=conn, transactional=True))
+        return int(await self.executor.value(_ENQUEUE, params, conn=conn, transactional=True))
 
     async def enqueue_batch(
         self,
@@ -98,17 +96,17 @@ class AsyncOutbox:
         conn: AsyncConnection | None = None,
     ) -> list[int]:
         """Write many messages in one round trip; their job ids in input order."""
-        params = self._options._enqueue_params(delay, run_at, priority, max_attempts, expires)
+        params = enqueue_params(self.name, self.opts, delay, run_at, priority, max_attempts, expires)
         params["payloads"] = _codec.payloads(payloads)
-        rows = await self._alk._rows(_ENQUEUE_BATCH, params, conn=conn, transactional=True)
+        rows = await self.executor.rows(_ENQUEUE_BATCH, params, conn=conn, transactional=True)
         return [row[0] for row in rows]
 
     async def claim_batch(self, worker_id: str, n: int) -> list[AsyncJobHandle]:
         """Claim up to ``n`` due messages (``n <= 0`` claims nothing); settle
         each with ``ack()`` or ``retry(err)``. :meth:`run_once` does both."""
         params = {"outbox": self.name, "worker_id": _codec.text(worker_id, "worker_id"), "n": _codec.bigint(n, "n")}
-        rows = await self._alk._rows(_CLAIM, params)
-        return [AsyncJobHandle(self._alk, job_from_row(row)) for row in rows]
+        rows = await self.executor.rows(_CLAIM, params)
+        return [AsyncJobHandle(self.executor, job_from_row(row)) for row in rows]
 
     async def claim_one(self, worker_id: str) -> AsyncJobHandle | None:
         """Claim the next due message, or None when there is none."""
@@ -119,13 +117,13 @@ class AsyncOutbox:
         """The message in any state (dead included, ``last_error`` says why),
         or None once it was delivered."""
         params = {"outbox": self.name, "job_id": _codec.bigint(job_id, "job_id")}
-        rows = await self._alk._rows(_GET_JOB, params, conn=conn, transactional=True)
+        rows = await self.executor.rows(_GET_JOB, params, conn=conn, transactional=True)
         return job_from_row(rows[0]) if rows else None
 
     async def sweep_expired(self) -> int:
         """Bury expired messages and purge dead ones past their retention;
         how many rows changed."""
-        return int(await self._alk._value("SELECT alk.outbox_sweep_expired(%(outbox)s)", {"outbox": self.name}))
+        return int(await self.executor.value("SELECT alk.outbox_sweep_expired(%(outbox)s)", {"outbox": self.name}))
 
     async def run_once(self, worker_id: str, delivery: Delivery) -> bool:
         """Claim one message and deliver it; False when none was due.

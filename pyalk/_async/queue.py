@@ -1,8 +1,10 @@
-"""The queue: bindings of alk.enqueue, alk.claim and the claimed-job ops.
+"""The queue: bindings of every queue function: alk.enqueue, alk.claim and
+the claimed-job ops (sql/versions/0002_queue.sql), and the observability ones
+alk.queue_stats, alk.next_claim_at, alk.list_jobs, alk.requeue_dead and
+alk.queue_channel (0007_worker.sql).
 
 Every rule (ready time, stamps, claim order, fencing, backoff, expiry) is in
-sql/versions/0002_queue.sql; this module only encodes arguments and decodes
-rows.
+the SQL; this module only encodes arguments and decodes rows.
 """
 
 from __future__ import annotations
@@ -13,59 +15,80 @@ from typing import TYPE_CHECKING, Any
 from pyalk import _codec
 from pyalk.job import JOB_COLUMNS, Job, job_from_row
 from pyalk.options import QueueOpts
+from pyalk.worker_types import QUEUE_STATS_COLUMNS, QueueStats, queue_stats_from_row
 
 if TYPE_CHECKING:
     from psycopg import AsyncConnection
 
-    from pyalk._async.client import AsyncAlk
+    from pyalk._async.executor import AsyncExecutor
 
-_ENQUEUE_OPTIONS = """
+ENQUEUE_OPTIONS = """
     delay => %(delay)s::bigint, run_at => %(run_at)s::bigint, priority => %(priority)s::bigint,
     max_attempts => %(max_attempts)s::bigint, expires => %(expires)s::bigint,
     visibility_timeout_s => %(visibility_timeout_s)s::bigint, backoff_base_s => %(backoff_base_s)s::bigint,
     dead_letter_retention_s => %(dead_letter_retention_s)s::bigint"""
 
-_ENQUEUE = "SELECT alk.enqueue(queue => %(queue)s, payload => %(payload)s::jsonb," + _ENQUEUE_OPTIONS + ")"
+_ENQUEUE = "SELECT alk.enqueue(queue => %(queue)s, payload => %(payload)s::jsonb," + ENQUEUE_OPTIONS + ")"
 _ENQUEUE_BATCH = (
-    "SELECT * FROM alk.enqueue_batch(queue => %(queue)s, payloads => %(payloads)s::jsonb[]," + _ENQUEUE_OPTIONS + ")"
+    "SELECT * FROM alk.enqueue_batch(queue => %(queue)s, payloads => %(payloads)s::jsonb[]," + ENQUEUE_OPTIONS + ")"
 )
 _CLAIM = "SELECT " + JOB_COLUMNS + " FROM alk.claim(%(queue)s, %(worker_id)s, %(n)s::bigint)"
 _GET_JOB = "SELECT " + JOB_COLUMNS + " FROM alk.get_job(%(queue)s, %(job_id)s::bigint) WHERE id IS NOT NULL"
+_QUEUE_STATS = "SELECT " + QUEUE_STATS_COLUMNS + " FROM alk.queue_stats(%(queue)s)"
+_NEXT_CLAIM = "SELECT alk.next_claim_at(%(queue)s)"
+#: next_claim_at with the clock it was computed on: alk.now() (whole seconds,
+#: maybe pinned) and the server's wall clock (sub-second, for a precise sleep).
+_NEXT_CLAIM_CLOCK = (
+    "SELECT alk.next_claim_at(%(queue)s), alk.now(), extract(epoch FROM pg_catalog.clock_timestamp())::float8"
+)
+_LIST_JOBS = (
+    "SELECT " + JOB_COLUMNS + " FROM alk.list_jobs(%(queue)s, %(state)s, %(n)s::bigint, %(after_id)s::bigint)"
+)
+_REQUEUE_DEAD = "SELECT alk.requeue_dead(%(queue)s, %(job_ids)s::bigint[])"
+#: Also run by a worker on its own LISTEN connection.
+QUEUE_CHANNEL = "SELECT alk.queue_channel(%(queue)s)"
+
+
+def enqueue_params(
+    queue: str,
+    opts: QueueOpts,
+    delay: int | None,
+    run_at: int | None,
+    priority: int | None,
+    max_attempts: int | None,
+    expires: int | None,
+) -> dict[str, Any]:
+    """The parameters of ENQUEUE_OPTIONS (and ``queue``): the per-call options,
+    then the stamps of ``opts``; the outbox binds its enqueue with them too."""
+    return {
+        "queue": queue,
+        "delay": _codec.bigint(delay, "delay"),
+        "run_at": _codec.bigint(run_at, "run_at"),
+        "priority": _codec.bigint(priority, "priority"),
+        "max_attempts": _codec.bigint(max_attempts if max_attempts is not None else opts.max_attempts, "max_attempts"),
+        "expires": _codec.bigint(expires, "expires"),
+        "visibility_timeout_s": _codec.bigint(opts.visibility_timeout_s, "visibility_timeout_s"),
+        "backoff_base_s": _codec.bigint(opts.backoff_base_s, "backoff_base_s"),
+        "dead_letter_retention_s": _codec.bigint(opts.dead_letter_retention_s, "dead_letter_retention_s"),
+    }
+
+
+async def queue_stats(executor: AsyncExecutor, queue: str | None = None) -> list[QueueStats]:
+    """``alk.queue_stats``: one row per queue holding jobs, or only ``queue``'s."""
+    rows = await executor.rows(_QUEUE_STATS, {"queue": _codec.text(queue, "queue")})
+    return [queue_stats_from_row(row) for row in rows]
 
 
 class AsyncQueue:
     """One queue, by name. Cheap to create: it holds no connection."""
 
-    def __init__(self, alk: AsyncAlk, name: str, opts: QueueOpts | None = None) -> None:
-        self._alk = alk
+    def __init__(self, executor: AsyncExecutor, name: str, opts: QueueOpts | None = None) -> None:
+        self.executor = executor
         self.name = _codec.text(name, "queue")
         self.opts = opts or QueueOpts()
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.name!r})"
-
-    def _enqueue_params(
-        self,
-        delay: int | None,
-        run_at: int | None,
-        priority: int | None,
-        max_attempts: int | None,
-        expires: int | None,
-    ) -> dict[str, Any]:
-        opts = self.opts
-        return {
-            "queue": self.name,
-            "delay": _codec.bigint(delay, "delay"),
-            "run_at": _codec.bigint(run_at, "run_at"),
-            "priority": _codec.bigint(priority, "priority"),
-            "max_attempts": _codec.bigint(
-                max_attempts if max_attempts is not None else opts.max_attempts, "max_attempts"
-            ),
-            "expires": _codec.bigint(expires, "expires"),
-            "visibility_timeout_s": _codec.bigint(opts.visibility_timeout_s, "visibility_timeout_s"),
-            "backoff_base_s": _codec.bigint(opts.backoff_base_s, "backoff_base_s"),
-            "dead_letter_retention_s": _codec.bigint(opts.dead_letter_retention_s, "dead_letter_retention_s"),
-        }
 
     async def enqueue(
         self,
@@ -79,9 +102,9 @@ class AsyncQueue:
         conn: AsyncConnection | None = None,
     ) -> int:
         """Enqueue one job and return its id (``conn``: inside the caller's transaction)."""
-        params = self._enqueue_params(delay, run_at, priority, max_attempts, expires)
+        params = enqueue_params(self.name, self.opts, delay, run_at, priority, max_attempts, expires)
         params["payload"] = _codec.payload(payload)
-        return int(await self._alk._value(_ENQUEUE, params, conn=conn, transactional=True))
+        return int(await self.executor.value(_ENQUEUE, params, conn=conn, transactional=True))
 
     async def enqueue_batch(
         self,
@@ -95,16 +118,16 @@ class AsyncQueue:
         conn: AsyncConnection | None = None,
     ) -> list[int]:
         """Enqueue many jobs in one round trip; their ids in input order."""
-        params = self._enqueue_params(delay, run_at, priority, max_attempts, expires)
+        params = enqueue_params(self.name, self.opts, delay, run_at, priority, max_attempts, expires)
         params["payloads"] = _codec.payloads(payloads)
-        rows = await self._alk._rows(_ENQUEUE_BATCH, params, conn=conn, transactional=True)
+        rows = await self.executor.rows(_ENQUEUE_BATCH, params, conn=conn, transactional=True)
         return [row[0] for row in rows]
 
     async def claim_batch(self, worker_id: str, n: int) -> list[AsyncJobHandle]:
         """Claim up to ``n`` due jobs (``n <= 0`` claims nothing)."""
         params = {"queue": self.name, "worker_id": _codec.text(worker_id, "worker_id"), "n": _codec.bigint(n, "n")}
-        rows = await self._alk._rows(_CLAIM, params)
-        return [AsyncJobHandle(self._alk, job_from_row(row)) for row in rows]
+        rows = await self.executor.rows(_CLAIM, params)
+        return [AsyncJobHandle(self.executor, job_from_row(row)) for row in rows]
 
     async def claim_one(self, worker_id: str) -> AsyncJobHandle | None:
         """Claim the next due job, or None when there is none."""
@@ -134,7 +157,7 @@ class AsyncQueue:
             "queue": self.name,
         }
         return int(
-            await self._alk._value(
+            await self.executor.value(
                 "SELECT alk.ack_batch(%(job_ids)s::bigint[], %(worker_id)s, %(attempts)s::bigint[], %(queue)s)",
                 params,
             )
@@ -143,51 +166,66 @@ class AsyncQueue:
     async def cancel(self, job_id: int) -> bool:
         """Delete a pending or processing job; True if one went."""
         params = {"queue": self.name, "job_id": _codec.bigint(job_id, "job_id")}
-        return bool(await self._alk._value("SELECT alk.cancel(%(queue)s, %(job_id)s::bigint)", params))
+        return bool(await self.executor.value("SELECT alk.cancel(%(queue)s, %(job_id)s::bigint)", params))
 
     async def get_job(self, job_id: int, *, conn: AsyncConnection | None = None) -> Job | None:
         """The job in any state (dead included), or None."""
         params = {"queue": self.name, "job_id": _codec.bigint(job_id, "job_id")}
-        rows = await self._alk._rows(_GET_JOB, params, conn=conn, transactional=True)
+        rows = await self.executor.rows(_GET_JOB, params, conn=conn, transactional=True)
         return job_from_row(rows[0]) if rows else None
 
     async def sweep_expired(self) -> int:
         """Bury expired jobs and purge dead ones past retention; how many rows changed."""
-        return int(await self._alk._value("SELECT alk.sweep_expired(%(queue)s)", {"queue": self.name}))
+        return int(await self.executor.value("SELECT alk.sweep_expired(%(queue)s)", {"queue": self.name}))
 
-    # worker support (0007): thin forwards to the bindings in the worker module
+    # observability and worker support (0007) ------------------------------
+
+    async def stats(self) -> QueueStats:
+        """``alk.queue_stats`` of this queue: counts by state, lag, next due time."""
+        [stats] = await queue_stats(self.executor, self.name)
+        return stats
 
     async def next_claim_at(self) -> int | None:
-        """When a claim can next return a job; None when the queue holds none."""
-        from pyalk._async.worker import next_claim_at
+        """``alk.next_claim_at``: when a claim can next return a job (now when
+        one is claimable), or None when nothing is waiting or running."""
+        value = await self.executor.value(_NEXT_CLAIM, {"queue": self.name})
+        return None if value is None else int(value)
 
-        return await next_claim_at(self._alk, self.name)
+    async def next_claim_clock(self) -> tuple[int | None, int, float]:
+        """:meth:`next_claim_at` with the clock it was computed on:
+        ``(next_claim_at, alk.now(), server wall clock as float seconds)``, so a
+        sleep can end on the sub-second when the clock is the wall clock."""
+        at, now, wall = (await self.executor.rows(_NEXT_CLAIM_CLOCK, {"queue": self.name}))[0]
+        return (None if at is None else int(at)), int(now), float(wall)
 
     async def list_jobs(self, state: str | None = None, *, limit: int = 100, after_id: int | None = None) -> list[Job]:
-        """Up to ``limit`` jobs in id order, in one state or any, after ``after_id``."""
-        from pyalk._async.worker import list_jobs
-
-        return await list_jobs(self._alk, self.name, state, limit=limit, after_id=after_id)
+        """``alk.list_jobs``: up to ``limit`` jobs in id order, in one state or
+        any, after ``after_id`` (keyset paging)."""
+        params = {
+            "queue": self.name,
+            "state": _codec.text(state, "state"),
+            "n": _codec.bigint(limit, "limit"),
+            "after_id": _codec.bigint(after_id, "after_id"),
+        }
+        return [job_from_row(row) for row in await self.executor.rows(_LIST_JOBS, params)]
 
     async def requeue_dead(self, job_ids: Iterable[int] | None = None) -> int:
-        """Dead jobs (all, or those of ``job_ids``) back to pending with fresh attempts."""
-        from pyalk._async.worker import requeue_dead
-
-        return await requeue_dead(self._alk, self.name, job_ids)
+        """``alk.requeue_dead``: dead jobs (all, or those of ``job_ids``) back
+        to pending with fresh attempts; how many moved."""
+        ids = None if job_ids is None else [_codec.bigint(job_id, "job_ids") for job_id in job_ids]
+        return int(await self.executor.value(_REQUEUE_DEAD, {"queue": self.name, "job_ids": ids}))
 
     async def channel(self) -> str:
-        """The LISTEN channel notified when jobs are enqueued here."""
-        from pyalk._async.worker import queue_channel
-
-        return await queue_channel(self._alk, self.name)
+        """``alk.queue_channel``: the LISTEN channel notified when jobs are enqueued here."""
+        return str(await self.executor.value(QUEUE_CHANNEL, {"queue": self.name}))
 
 
 class AsyncJobHandle:
     """A claimed job. Its ops carry the claim's fencing token (``attempts``),
     so a handler whose claim lapsed and was re-claimed cannot touch the job."""
 
-    def __init__(self, alk: AsyncAlk, job: Job) -> None:
-        self._alk = alk
+    def __init__(self, executor: AsyncExecutor, job: Job) -> None:
+        self.executor = executor
         self.job = job
 
     def __repr__(self) -> str:
@@ -213,7 +251,7 @@ class AsyncJobHandle:
     async def ack(self) -> bool:
         """Done: delete the job. False when the claim is no longer valid."""
         return bool(
-            await self._alk._value(
+            await self.executor.value(
                 "SELECT alk.ack(%(job_id)s, %(worker_id)s, %(attempt)s, %(queue)s)", self._params()
             )
         )
@@ -222,7 +260,7 @@ class AsyncJobHandle:
         """Back to pending after ``delay`` seconds, or the row's backoff curve."""
         params = self._params(err=_codec.text(err, "err"), delay=_codec.bigint(delay, "delay"))
         return bool(
-            await self._alk._value(
+            await self.executor.value(
                 "SELECT alk.retry(%(job_id)s, %(worker_id)s, %(attempt)s, %(err)s, %(delay)s::bigint, %(queue)s)",
                 params,
             )
@@ -232,7 +270,7 @@ class AsyncJobHandle:
         """Dead for good, with ``err`` (or 'failed') as its last error."""
         params = self._params(err=_codec.text(err, "err"))
         return bool(
-            await self._alk._value(
+            await self.executor.value(
                 "SELECT alk.fail(%(job_id)s, %(worker_id)s, %(attempt)s, %(err)s, %(queue)s)", params
             )
         )
@@ -241,7 +279,7 @@ class AsyncJobHandle:
         """Extend the lease to now + ``extend`` seconds (the row's visibility timeout when None)."""
         params = self._params(extend=_codec.bigint(extend, "extend"))
         return bool(
-            await self._alk._value(
+            await self.executor.value(
                 "SELECT alk.heartbeat(%(job_id)s, %(worker_id)s, %(attempt)s, %(extend)s::bigint, %(queue)s)",
                 params,
             )

@@ -1,9 +1,10 @@
-"""The scheduler: bindings of alk.schedule, alk.get_schedule,
-alk.list_schedules, alk.unschedule, alk.cron_next and alk.tick, and the
-leader loop :func:`run_schedules` that calls ``alk.tick`` on time.
+"""The scheduler: :class:`AsyncSchedules`, a handle binding alk.schedule
+(``add``), alk.get_schedule (``get``), alk.list_schedules (``list``),
+alk.unschedule (``remove``), alk.cron_next and alk.tick, and running the
+leader loop (``run``) that calls ``alk.tick`` on time.
 
 The cron engine, the schedules and the firing are SQL
-(sql/versions/0006_schedule.sql); this module binds them. ``run_schedules``
+(sql/versions/0006_schedule.sql); this module binds them. ``run``
 adds the one thing SQL cannot do on its own, calling ``tick`` when a boundary
 comes due, with one leader at a time among any number of processes:
 
@@ -24,26 +25,23 @@ comes due, with one leader at a time among any number of processes:
 
 from __future__ import annotations
 
+import builtins
 import logging
 import math
-import os
-import secrets
-import socket
 import time
 from typing import TYPE_CHECKING, Any
 
 import psycopg
 
 from pyalk import _codec
-from pyalk._async.lock import try_lock
-from pyalk.errors import InvalidArgument, LeadershipLost, translate
+from pyalk._async.lock import AsyncLock, default_owner
+from pyalk.errors import InvalidArgument, LeadershipLost
 from pyalk.schedule_value import SCHEDULE_COLUMNS, Fired, Schedule, fired_from_row, schedule_from_row
 
 if TYPE_CHECKING:
     from psycopg import AsyncConnection
 
-    from pyalk._async.client import AsyncAlk
-    from pyalk._async.lock import AsyncLock
+    from pyalk._async.executor import AsyncExecutor
     from pyalk.stop_token import AsyncStopToken
 
 logger = logging.getLogger("pyalk.scheduler")
@@ -89,76 +87,84 @@ _STALLED_PAUSE = 0.5
 _MIN_PAUSE = 0.01
 
 
-# bindings --------------------------------------------------------------------
+# the handle ------------------------------------------------------------------
 
 
-async def schedule(
-    alk: AsyncAlk,
-    name: str,
-    spec: str,
-    queue: str,
-    *,
-    priority: int | None = None,
-    max_attempts: int | None = None,
-    expires: int | None = None,
-    payload: Any = None,
-    tz: str | None = None,
-    conn: AsyncConnection | None = None,
-) -> int | None:
-    """``alk.schedule``: register or replace; the next fire time (None: never)."""
-    params = {
-        "name": _codec.text(name, "name"),
-        "spec": _codec.text(spec, "spec"),
-        "queue": _codec.text(queue, "queue"),
-        "priority": _codec.bigint(priority, "priority"),
-        "max_attempts": _codec.bigint(max_attempts, "max_attempts"),
-        "expires": _codec.bigint(expires, "expires"),
-        # None is "no payload" (the fired job says "payload": null either way).
-        "payload": None if payload is None else _codec.payload(payload),
-        "tz": _codec.text(tz, "tz"),
-    }
-    next_fire_at = await alk._value(_SCHEDULE, params, conn=conn, transactional=True)
-    return None if next_fire_at is None else int(next_fire_at)
+class AsyncSchedules:
+    """Every schedule of one database; ``alk.schedules``. Holds no connection."""
 
+    def __init__(self, executor: AsyncExecutor) -> None:
+        self.executor = executor
 
-async def get_schedule(alk: AsyncAlk, name: str, *, conn: AsyncConnection | None = None) -> Schedule | None:
-    """``alk.get_schedule``: the schedule, or None."""
-    rows = await alk._rows(_GET, {"name": _codec.text(name, "name")}, conn=conn, transactional=True)
-    return schedule_from_row(rows[0]) if rows else None
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
 
+    async def add(
+        self,
+        name: str,
+        spec: str,
+        queue: str,
+        *,
+        priority: int | None = None,
+        max_attempts: int | None = None,
+        expires: int | None = None,
+        payload: Any = None,
+        tz: str | None = None,
+        conn: AsyncConnection | None = None,
+    ) -> int | None:
+        """``alk.schedule``: register or replace ``name``; the next fire time (None: never)."""
+        params = {
+            "name": _codec.text(name, "name"),
+            "spec": _codec.text(spec, "spec"),
+            "queue": _codec.text(queue, "queue"),
+            "priority": _codec.bigint(priority, "priority"),
+            "max_attempts": _codec.bigint(max_attempts, "max_attempts"),
+            "expires": _codec.bigint(expires, "expires"),
+            # None is "no payload" (the fired job says "payload": null either way).
+            "payload": None if payload is None else _codec.payload(payload),
+            "tz": _codec.text(tz, "tz"),
+        }
+        next_fire_at = await self.executor.value(_SCHEDULE, params, conn=conn, transactional=True)
+        return None if next_fire_at is None else int(next_fire_at)
 
-async def list_schedules(alk: AsyncAlk, *, conn: AsyncConnection | None = None) -> list[Schedule]:
-    """``alk.list_schedules``: every schedule, by name."""
-    return [schedule_from_row(row) for row in await alk._rows(_LIST, {}, conn=conn, transactional=True)]
+    async def get(self, name: str, *, conn: AsyncConnection | None = None) -> Schedule | None:
+        """``alk.get_schedule``: the schedule, or None."""
+        row = await self.executor.one(_GET, {"name": _codec.text(name, "name")}, conn=conn, transactional=True)
+        return None if row is None else schedule_from_row(row)
 
+    async def list(self, *, conn: AsyncConnection | None = None) -> builtins.list[Schedule]:
+        """``alk.list_schedules``: every schedule, by name."""
+        return [schedule_from_row(row) for row in await self.executor.rows(_LIST, {}, conn=conn, transactional=True)]
 
-async def unschedule(alk: AsyncAlk, name: str, *, conn: AsyncConnection | None = None) -> bool:
-    """``alk.unschedule``: True if the schedule existed."""
-    return bool(await alk._value(_UNSCHEDULE, {"name": _codec.text(name, "name")}, conn=conn, transactional=True))
+    async def remove(self, name: str, *, conn: AsyncConnection | None = None) -> bool:
+        """``alk.unschedule``: True if the schedule existed."""
+        params = {"name": _codec.text(name, "name")}
+        return bool(await self.executor.value(_UNSCHEDULE, params, conn=conn, transactional=True))
 
+    async def cron_next(self, spec: str, after: int, tz: str | None = None) -> int | None:
+        """``alk.cron_next``: the first fire strictly after ``after`` (None:
+        none up to 9999-12-31T23:59:59Z)."""
+        params = {
+            "spec": _codec.text(spec, "spec"), "after": _codec.bigint(after, "after"), "tz": _codec.text(tz, "tz"),
+        }
+        value = await self.executor.value(_CRON_NEXT, params, transactional=True)
+        return None if value is None else int(value)
 
-async def cron_next(alk: AsyncAlk, spec: str, after: int, tz: str | None = None) -> int | None:
-    """``alk.cron_next``: the first fire strictly after ``after`` (None: none
-    up to 9999-12-31T23:59:59Z)."""
-    params = {"spec": _codec.text(spec, "spec"), "after": _codec.bigint(after, "after"), "tz": _codec.text(tz, "tz")}
-    value = await alk._value(_CRON_NEXT, params, transactional=True)
-    return None if value is None else int(value)
+    async def tick(self, now: int | None = None, *, conn: AsyncConnection | None = None) -> builtins.list[Fired]:
+        """``alk.tick``: fire every due schedule (at ``now``, default the
+        clock); one :class:`Fired` per job, by schedule name then boundary."""
+        rows = await self.executor.rows(_TICK, {"now": _codec.bigint(now, "now")}, conn=conn, transactional=True)
+        return [fired_from_row(row) for row in rows]
 
-
-async def tick(alk: AsyncAlk, now: int | None = None, *, conn: AsyncConnection | None = None) -> list[Fired]:
-    """``alk.tick``: fire every due schedule (at ``now``, default the clock);
-    one :class:`Fired` per job, by schedule name then boundary."""
-    rows = await alk._rows(_TICK, {"now": _codec.bigint(now, "now")}, conn=conn, transactional=True)
-    return [fired_from_row(row) for row in rows]
+    async def run(
+        self, stop: AsyncStopToken, *, owner: str | None = None, lease_ttl: int = 30, poll_interval: float = 5.0
+    ) -> None:
+        """The leader loop: fire schedules on time while this process leads;
+        see :func:`run_schedules`."""
+        await run_schedules(self.executor, stop, owner=owner, lease_ttl=lease_ttl, poll_interval=poll_interval)
 
 
 # the leader loop -------------------------------------------------------------
-
-
-def default_owner() -> str:
-    """``host:pid:random``: unique per call, so two loops of one process are
-    two contenders (an owner re-acquiring its own lease would succeed)."""
-    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
 
 
 def _seconds_until(at: int, now: int, wall: float) -> float:
@@ -167,18 +173,18 @@ def _seconds_until(at: int, now: int, wall: float) -> float:
     return float(at - now)  # a pinned clock: whole seconds
 
 
-async def _due_in(alk: AsyncAlk) -> float | None:
+async def _due_in(executor: AsyncExecutor) -> float | None:
     """Seconds until the earliest boundary of any schedule (<= 0: due now);
     None when no schedule will fire."""
-    rows = await alk._rows(_NEXT_DUE, {})
+    rows = await executor.rows(_NEXT_DUE, {})
     at, now, wall = rows[0]
     return None if at is None else _seconds_until(at, now, wall)
 
 
-async def _standby_pause(alk: AsyncAlk, owner: str, poll_interval: float) -> float:
+async def _standby_pause(executor: AsyncExecutor, owner: str, poll_interval: float) -> float:
     """How long a standby waits before its next attempt: ``poll_interval``,
     or until the leader's lease runs out if that is sooner."""
-    rows = await alk._rows(_LEASE, {"name": SCHEDULER_LOCK})
+    rows = await executor.rows(_LEASE, {"name": SCHEDULER_LOCK})
     holder, expires_at, now, wall = rows[0]
     if holder is None:  # released between our attempt and this read
         return _MIN_PAUSE
@@ -188,30 +194,24 @@ async def _standby_pause(alk: AsyncAlk, owner: str, poll_interval: float) -> flo
     return pause
 
 
-async def _renew_and_tick(alk: AsyncAlk, owner: str, ttl: int, *, fire: bool) -> list[Fired] | None:
+async def _renew_and_tick(executor: AsyncExecutor, owner: str, ttl: int, *, fire: bool) -> list[Fired] | None:
     """Renew the lease and, when ``fire``, tick, in one transaction: the
     renewal locks the lease's row until the tick commits, so no one can take
     the lease in between. None (nothing written) when the lease was lost."""
     params = {"name": SCHEDULER_LOCK, "owner": owner, "ttl": ttl}
-    try:
-        async with alk._connection(None, False) as connection, connection.transaction() as transaction:
-            renewed = await (await connection.execute(_RENEW_LEASE, params)).fetchone()
-            if not (renewed and renewed[0]):
-                raise psycopg.Rollback(transaction)
-            if not fire:
-                return []
-            rows = await (await connection.execute(_TICK_NOW)).fetchall()
-            return [fired_from_row(row) for row in rows]
-    except psycopg.Error as error:
-        translated = translate(error)
-        if translated is error:
-            raise
-        raise translated from error
+    async with executor.connection() as connection, connection.transaction() as transaction:
+        renewed = await (await connection.execute(_RENEW_LEASE, params)).fetchone()
+        if not (renewed and renewed[0]):
+            raise psycopg.Rollback(transaction)
+        if not fire:
+            return []
+        rows = await (await connection.execute(_TICK_NOW)).fetchall()
+        return [fired_from_row(row) for row in rows]
     return None  # rolled back: the lease is someone else's
 
 
 async def run_schedules(
-    alk: AsyncAlk,
+    executor: AsyncExecutor,
     stop: AsyncStopToken,
     *,
     owner: str | None = None,
@@ -251,16 +251,17 @@ async def run_schedules(
             try:
                 if lock is None:
                     started = time.monotonic()
-                    lock = await try_lock(alk, SCHEDULER_LOCK, owner, ttl, reserved=True)
-                    if lock is None:
-                        pause = await _standby_pause(alk, owner, poll_interval)
+                    candidate = AsyncLock(executor, SCHEDULER_LOCK, owner, reserved=True)
+                    if not await candidate.try_acquire(ttl):
+                        pause = await _standby_pause(executor, owner, poll_interval)
                         failures = 0
                         await stop.wait(pause)
                         continue
+                    lock = candidate
                     renew_at = started + renew_every
                     ticked = False
                     logger.info("scheduler %s: leading (lease %ds)", owner, ttl, extra=extra)
-                due_in = await _due_in(alk)
+                due_in = await _due_in(executor)
                 if ticked and due_in is not None and due_in <= 0:
                     # Still due right after our tick: a concurrent tick holds it.
                     due_in = min(_STALLED_PAUSE, poll_interval)
@@ -268,7 +269,7 @@ async def run_schedules(
                 if (due_in is not None and due_in <= 0) or time.monotonic() >= renew_at:
                     fire = due_in is not None and due_in <= 0
                     started = time.monotonic()
-                    fired = await _renew_and_tick(alk, owner, ttl, fire=fire)
+                    fired = await _renew_and_tick(executor, owner, ttl, fire=fire)
                     if fired is None:
                         lost = True
                         raise LeadershipLost(

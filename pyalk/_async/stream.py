@@ -9,7 +9,6 @@ waits for wake-ups.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections import deque
 from collections.abc import Iterable
@@ -17,14 +16,17 @@ from time import monotonic
 from typing import TYPE_CHECKING, Any
 
 import psycopg
-from psycopg import AsyncConnection, sql
+from psycopg import AsyncConnection
 
 from pyalk import _codec
-from pyalk.errors import InvalidArgument, translate
+from pyalk._async.executor import raise_translated
+from pyalk._async.listener import AsyncListener
+from pyalk.backoff import Backoff
+from pyalk.errors import InvalidArgument
 from pyalk.stream_event import STREAM_EVENT_COLUMNS, StreamEvent, stream_event_from_row
 
 if TYPE_CHECKING:
-    from pyalk._async.client import AsyncAlk
+    from pyalk._async.executor import AsyncExecutor
 
 logger = logging.getLogger("pyalk.stream")
 
@@ -52,8 +54,8 @@ _BACKOFF_MAX = 5.0
 class AsyncStream:
     """One stream, by name. Cheap to create: it holds no connection."""
 
-    def __init__(self, alk: AsyncAlk, name: str) -> None:
-        self._alk = alk
+    def __init__(self, executor: AsyncExecutor, name: str) -> None:
+        self.executor = executor
         self.name = _codec.text(name, "stream")
 
     def __repr__(self) -> str:
@@ -63,7 +65,7 @@ class AsyncStream:
         """Append one event and return its offset (``conn``: inside the caller's
         transaction, which then holds the stream's publish lock until it ends)."""
         params = {"stream": self.name, "payload": _codec.payload(payload), "key": _codec.text(key, "key")}
-        return int(await self._alk._value(_PUBLISH, params, conn=conn, transactional=True))
+        return int(await self.executor.value(_PUBLISH, params, conn=conn, transactional=True))
 
     async def publish_with_key(self, key: str | None, payload: Any, *, conn: AsyncConnection | None = None) -> int:
         """:meth:`publish` with the key first (CONTRACT §2's spelling)."""
@@ -83,7 +85,7 @@ class AsyncStream:
             "payloads": _codec.payloads(payloads),
             "keys": None if keys is None else [_codec.text(key, f"keys[{i}]") for i, key in enumerate(keys)],
         }
-        rows = await self._alk._rows(_PUBLISH_BATCH, params, conn=conn, transactional=True)
+        rows = await self.executor.rows(_PUBLISH_BATCH, params, conn=conn, transactional=True)
         return [row[0] for row in rows]
 
     async def read_since(
@@ -95,7 +97,7 @@ class AsyncStream:
             "after_offset": _codec.bigint(after_offset, "after_offset"),
             "n": _codec.bigint(n, "n"),
         }
-        rows = await self._alk._rows(_READ_SINCE, params, conn=conn, transactional=True)
+        rows = await self.executor.rows(_READ_SINCE, params, conn=conn, transactional=True)
         return [stream_event_from_row(row) for row in rows]
 
     async def read_from_consumer(
@@ -103,7 +105,7 @@ class AsyncStream:
     ) -> list[StreamEvent]:
         """Up to ``n`` events after the consumer's saved checkpoint."""
         params = {"stream": self.name, "consumer": _codec.text(consumer, "consumer"), "n": _codec.bigint(n, "n")}
-        rows = await self._alk._rows(_READ_FROM_CONSUMER, params, conn=conn, transactional=True)
+        rows = await self.executor.rows(_READ_FROM_CONSUMER, params, conn=conn, transactional=True)
         return [stream_event_from_row(row) for row in rows]
 
     async def save_offset(self, consumer: str, offset: int, *, conn: AsyncConnection | None = None) -> bool:
@@ -114,21 +116,21 @@ class AsyncStream:
             "consumer": _codec.text(consumer, "consumer"),
             "at_offset": _codec.bigint(offset, "offset"),
         }
-        return bool(await self._alk._value(_SAVE_OFFSET, params, conn=conn, transactional=True))
+        return bool(await self.executor.value(_SAVE_OFFSET, params, conn=conn, transactional=True))
 
     async def get_offset(self, consumer: str, *, conn: AsyncConnection | None = None) -> int:
         """The consumer's saved checkpoint, 0 when none was saved."""
         params = {"stream": self.name, "consumer": _codec.text(consumer, "consumer")}
-        return int(await self._alk._value(_GET_OFFSET, params, conn=conn, transactional=True))
+        return int(await self.executor.value(_GET_OFFSET, params, conn=conn, transactional=True))
 
     async def trim_to(self, horizon: int) -> int:
         """Delete events at offsets <= ``horizon``; how many went."""
         params = {"stream": self.name, "horizon": _codec.bigint(horizon, "horizon")}
-        return int(await self._alk._value(_TRIM_TO, params, transactional=True))
+        return int(await self.executor.value(_TRIM_TO, params, transactional=True))
 
     async def channel(self) -> str:
         """The LISTEN channel publish notifies for this stream (``alk.stream_channel``)."""
-        return str(await self._alk._value(_CHANNEL, {"stream": self.name}, transactional=True))
+        return str(await self.executor.value(_CHANNEL, {"stream": self.name}, transactional=True))
 
     def subscribe(
         self,
@@ -211,12 +213,7 @@ class AsyncSubscription:
         self._last_yielded: int | None = None
         self._unsaved = 0
         self._last_save_at = monotonic()
-        self._listener: AsyncConnection | None = None
-        self._channel: str | None = None
-        self._backoff = 0.0
-        self._failures = 0
-        #: How many times the listening connection was lost (each loss is followed by a reconnect).
-        self.reconnects = 0
+        self._listener: AsyncListener | None = None  # made by _start
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.stream.name!r}, {self.consumer!r}, at={self._last_yielded})"
@@ -229,10 +226,12 @@ class AsyncSubscription:
     @property
     def listener_pid(self) -> int | None:
         """The server process id of the listening connection, when connected."""
-        listener = self._listener
-        if listener is None or listener.closed:
-            return None
-        return listener.info.backend_pid
+        return None if self._listener is None else self._listener.pid
+
+    @property
+    def reconnects(self) -> int:
+        """How many times the listening connection was lost (each loss is followed by a reconnect)."""
+        return 0 if self._listener is None else self._listener.reconnects
 
     async def __aenter__(self) -> AsyncSubscription:
         await self._start()
@@ -291,7 +290,8 @@ class AsyncSubscription:
         """Close the listening connection; iteration ends. Saves nothing."""
         self._closed = True
         self._buffer.clear()
-        await self._drop_listener()
+        if self._listener is not None:
+            await self._listener.close()
 
     # internals -------------------------------------------------------------
 
@@ -305,31 +305,11 @@ class AsyncSubscription:
         if self._started:
             return
         self._position = await self.stream.get_offset(self.consumer)
-        self._channel = await self.stream.channel()
-        await self._listen()
+        # The first retry after a loss is immediate; repeated failures back off, doubling.
+        backoff = Backoff(_BACKOFF_START, _BACKOFF_MAX, jitter=False, immediate=True)
+        self._listener = AsyncListener(self.stream.executor.listen_conninfo(), self.stream.channel, backoff=backoff)
+        await self._listener.connect()
         self._started = True
-
-    async def _listen(self) -> AsyncConnection:
-        """The listening connection, opened and subscribed when needed.
-
-        LISTEN comes before the first read on every connection, so a commit
-        that the read misses is always notified to it."""
-        if self._listener is not None and not self._listener.closed:
-            return self._listener
-        assert self._channel is not None
-        listener = await AsyncConnection.connect(self.stream._alk._listen_conninfo(), autocommit=True)
-        try:
-            await listener.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self._channel)))
-        except BaseException:
-            await listener.close()
-            raise
-        self._listener = listener
-        return listener
-
-    async def _drop_listener(self) -> None:
-        listener, self._listener = self._listener, None
-        if listener is not None and not listener.closed:
-            await listener.close()
 
     async def _fill(self) -> None:
         """Read the next events into the buffer, or wait for a wake-up.
@@ -337,16 +317,16 @@ class AsyncSubscription:
         A lost connection (any OperationalError: terminated backend, network,
         server restart) is reopened with backoff; reading resumes after the
         last event read, so no event is lost or reordered."""
+        assert self._listener is not None
         try:
-            if self._backoff:
-                await asyncio.sleep(self._backoff)
-            listener = await self._listen()
+            # LISTEN comes before the first read on every connection, so a
+            # commit that the read misses is always notified to it.
+            listener = await self._listener.connect()
             cursor = await listener.execute(
                 _READ_SINCE, {"stream": self.stream.name, "after_offset": self._position, "n": self.batch}
             )
             rows = await cursor.fetchall()
-            self._failures = 0
-            self._backoff = 0.0
+            self._listener.healthy()
             if rows:
                 events = [stream_event_from_row(row) for row in rows]
                 self._buffer.extend(events)
@@ -357,18 +337,11 @@ class AsyncSubscription:
                 await self._auto_save_now()
             if self._stopping:
                 return
-            # A notification that arrived during the read above is kept by
-            # psycopg for this call (3.3 tested); were one ever dropped, the
-            # poll_interval timeout is the fallback.
-            async for _ in listener.notifies(timeout=self.poll_interval, stop_after=1):
-                pass
+            await self._listener.wait(self.poll_interval)
         except psycopg.OperationalError as error:
             await self._lost(error)
         except psycopg.Error as error:
-            translated = translate(error)
-            if translated is error:
-                raise
-            raise translated from error
+            raise_translated(error)
 
     async def _lost(self, error: Exception) -> None:
         logger.warning(
@@ -377,11 +350,8 @@ class AsyncSubscription:
             self.consumer,
             error,
         )
-        await self._drop_listener()
-        self.reconnects += 1
-        # The first retry is immediate; repeated failures back off, doubling.
-        self._failures += 1
-        self._backoff = 0.0 if self._failures == 1 else min(_BACKOFF_MAX, _BACKOFF_START * 2 ** (self._failures - 2))
+        if self._listener is not None:
+            await self._listener.lost()
 
     async def _auto_save_now(self) -> None:
         """An automatic save; a lost connection only delays it (the next

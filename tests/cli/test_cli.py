@@ -110,7 +110,8 @@ def test_a_database_without_pyalk_says_so(capsys, dsn, db):
     db.execute("DROP SCHEMA alk CASCADE")
     code, _, err = run(capsys, "status", "--dsn", dsn)
     assert code == 1
-    assert one_error_line(err).endswith("(is pyalk installed in this database? run: pyalk migrate)")
+    assert one_error_line(err) == (
+        "error: schema alk is not installed, or older than 0008 (this pyalk needs 0008): run pyalk migrate")
 
 
 # status, jobs, requeue-dead -------------------------------------------------------

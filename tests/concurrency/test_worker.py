@@ -12,35 +12,16 @@ from __future__ import annotations
 import asyncio
 import inspect
 import threading
-import time
 from collections import Counter
-from collections.abc import Callable
 from typing import Any
 
 import psycopg
 import pytest
 
 from pyalk import Alk, AsyncAlk, AsyncJobHandle, AsyncWorker, JobHandle, QueueOpts, Worker
+from tests.helpers import until, until_async
 
 DEADLINE = 60.0
-
-
-def until(predicate: Callable[[], bool], what: str, deadline: float = DEADLINE) -> None:
-    end = time.monotonic() + deadline
-    while time.monotonic() < end:
-        if predicate():
-            return
-        time.sleep(0.01)  # a polling interval, not a synchronisation
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-async def until_async(predicate: Callable[[], bool], what: str, deadline: float = DEADLINE) -> None:
-    end = time.monotonic() + deadline
-    while time.monotonic() < end:
-        if predicate():
-            return
-        await asyncio.sleep(0.01)  # a polling interval, not a synchronisation
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def remaining(db: psycopg.Connection, queue: str = "q") -> int:

@@ -26,6 +26,7 @@ import psycopg
 import pytest
 
 from pyalk import Alk, JobHandle, QueueOpts, Worker
+from tests.helpers import until
 
 ROOT = Path(__file__).resolve().parents[2]
 GATE = 0x616C6B_67617465  # "alk" "gate": the advisory lock key the handlers wait on
@@ -45,15 +46,6 @@ def gated(job: JobHandle) -> None:
 
 
 # the harness ------------------------------------------------------------------------------
-
-
-def until(predicate: Callable[[], bool], what: str) -> None:
-    end = time.monotonic() + DEADLINE
-    while time.monotonic() < end:
-        if predicate():
-            return
-        time.sleep(0.01)  # a polling interval, not a synchronisation
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 class WorkerProcess:

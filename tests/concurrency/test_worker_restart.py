@@ -12,10 +12,9 @@ from __future__ import annotations
 import shutil
 import tempfile
 import threading
-import time
 import warnings
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,18 +24,10 @@ from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
 from pyalk import Alk, JobHandle, QueueOpts, Worker, migrate
+from tests.helpers import until
 
 pytestmark = pytest.mark.slow
 DEADLINE = 90.0
-
-
-def until(predicate: Callable[[], bool], what: str) -> None:
-    end = time.monotonic() + DEADLINE
-    while time.monotonic() < end:
-        if predicate():
-            return
-        time.sleep(0.02)  # a polling interval, not a synchronisation
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 @pytest.fixture(scope="module")
@@ -110,8 +101,8 @@ def test_a_server_restart_mid_run_loses_no_job(private_server, restart_dsn):
             assert halfway.wait(DEADLINE), "the worker never got half-way"
             restart(private_server)
             restarted.set()
-            until(lambda: remaining(restart_dsn) == 0, "the queue to drain after the restart")
-            until(lambda: worker.listening, "the LISTEN connection to come back")
+            until(lambda: remaining(restart_dsn) == 0, "the queue to drain after the restart", deadline=DEADLINE)
+            until(lambda: worker.listening, "the LISTEN connection to come back", deadline=DEADLINE)
         finally:
             restarted.set()
             worker.stop()

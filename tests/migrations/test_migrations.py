@@ -1,4 +1,6 @@
-"""Every install path yields the same schema, and migrating is harmless to repeat."""
+"""Every install path yields the same schema (the current files, the whole
+chain by Alembic and by the psql script, an upgrade from every version), and
+migrating is harmless to repeat."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ import psycopg
 import pytest
 
 from pyalk import migrate
-from pyalk.install import head, install_script, versions
+from pyalk.install import current_script, head, install_script, versions
 from tests.migrations.catalog import snapshot
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -30,8 +32,9 @@ def test_the_chain_is_numbered_without_gaps_and_each_version_has_one_revision():
     assert revisions == [f"{v.number}_{v.mechanism}.py" for v in versions()]
 
 
-def test_install_script_alembic_and_step_by_step_upgrades_give_one_schema(empty_db):
-    by_script, by_alembic, by_steps = empty_db(), empty_db(), empty_db()
+def test_current_files_install_script_alembic_and_step_by_step_upgrades_give_one_schema(empty_db):
+    by_current, by_script, by_alembic, by_steps = empty_db(), empty_db(), empty_db(), empty_db()
+    run_script(by_current, current_script())
     run_script(by_script, install_script())
     migrate.upgrade(by_alembic)
     for version in versions():  # one Alembic run per version: an install upgraded through every migration
@@ -41,6 +44,19 @@ def test_install_script_alembic_and_step_by_step_upgrades_give_one_schema(empty_
     assert reference["functions"], "nothing was installed"
     assert snapshot(by_script) == reference
     assert snapshot(by_steps) == reference
+    current = snapshot(by_current)
+    for part, rows in reference.items():  # part by part, so a failure names what drifted
+        assert current[part] == rows, f"sql/<mechanism>.sql and the version chain disagree on {part}"
+
+
+def test_the_current_install_is_the_head_and_refuses_an_installed_database(empty_db):
+    dsn = empty_db()
+    run_script(dsn, current_script())
+    assert migrate.current(dsn) == head()
+    with pytest.raises(psycopg.Error, match=f"installed at version {head()}"):
+        run_script(dsn, current_script())
+    migrate.upgrade(dsn)  # Alembic takes over a current install as it would a scripted one
+    assert migrate.current(dsn) == head()
 
 
 def test_script_upgrade_from_every_version_matches_a_fresh_install(empty_db):

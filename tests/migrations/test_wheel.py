@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from pyalk import migrate
-from pyalk.install import head, versions
+from pyalk.install import current_files, head, versions
 from tests.migrations.catalog import snapshot
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -27,6 +27,9 @@ def test_wheel_installs_into_a_fresh_venv_and_migrates(tmp_path, empty_db):
     for version in versions():
         assert f"pyalk/sql/versions/{version.path.name}" in names
         assert f"pyalk/alembic/versions/{version.number}_{version.mechanism}.py" in names
+    for path in current_files():
+        assert f"pyalk/sql/{path.name}" in names
+    assert "pyalk/sql/versions/MANIFEST" in names
     assert "pyalk/alembic/env.py" in names and "pyalk/py.typed" in names
 
     env_dir = tmp_path / "venv"

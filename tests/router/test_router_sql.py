@@ -12,14 +12,8 @@ import psycopg
 import pytest
 
 from pyalk import router
+from tests.helpers import one, raises_lk
 from tests.router.conftest import Target
-from tests.sql.helpers import raises_lk
-
-
-def one(db: psycopg.Connection, sql: str, *params: object) -> object:
-    row = db.execute(sql, params).fetchone()
-    assert row is not None
-    return row[0]
 
 
 def _public(dsn: str) -> dict[str, tuple[str, str]]:

@@ -10,16 +10,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import pin_clock
+from tests.helpers import one, sqlstate_of
 
 NOW = 1_700_000_000
 MAX = 2**63 - 1
 MIN = -(2**63)
-
-
-def one(db: psycopg.Connection, query: str, *params: Any) -> Any:
-    row = db.execute(query, params).fetchone()
-    assert row is not None
-    return row[0]
 
 
 def job(db: psycopg.Connection, job_id: int, queue: str = "q") -> dict[str, Any] | None:
@@ -33,15 +28,9 @@ def job(db: psycopg.Connection, job_id: int, queue: str = "q") -> dict[str, Any]
 
 def enqueue(db: psycopg.Connection, queue: str = "q", payload: str = "{}", **options: Any) -> int:
     named = "".join(f", {name} => %({name})s" for name in options)
-    return one_named(
+    return one(
         db, f"SELECT alk.enqueue(%(queue)s, %(payload)s::jsonb{named})", queue=queue, payload=payload, **options
     )
-
-
-def one_named(db: psycopg.Connection, query: str, **params: Any) -> Any:
-    row = db.execute(query, params).fetchone()
-    assert row is not None
-    return row[0]
 
 
 def claim(db: psycopg.Connection, n: int | None = 1, worker: str = "w1", queue: str = "q") -> list[dict[str, Any]]:
@@ -49,12 +38,6 @@ def claim(db: psycopg.Connection, n: int | None = 1, worker: str = "w1", queue: 
     assert cur.description is not None
     names = [c.name for c in cur.description]
     return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
-
-
-def sqlstate_of(db: psycopg.Connection, query: str, *params: Any) -> tuple[str | None, str]:
-    with pytest.raises(psycopg.Error) as caught:
-        db.execute(query, params)
-    return caught.value.sqlstate, caught.value.diag.message_primary or ""
 
 
 def count_jobs(db: psycopg.Connection) -> int:
@@ -519,11 +502,36 @@ def test_retention_arithmetic_saturates(db, retention, purged):
 
 
 def test_sweep_at_the_clock_edges_does_not_overflow(db):
-    enqueue(db, max_attempts=0, dead_letter_retention_s=1)
-    for clock in (MIN, MAX):
-        pin_clock(db, clock)
-        claim(db)
-        one(db, "SELECT alk.sweep_expired('q')")
+    # The lowest clock: now + expires and now - retention saturate to MIN.
+    pin_clock(db, MIN)
+    purged = enqueue(db, "low", expires=MIN, dead_letter_retention_s=MAX)  # MIN - MAX: due for purge at once
+    kept = enqueue(db, "low", expires=0)  # no retention: dead for ever
+    later = enqueue(db, "low", expires=1)
+    assert one(db, "SELECT alk.sweep_expired('low')") == 2 + 1  # two buried, one of them purged
+    assert job(db, purged, "low") is None
+    assert {k: job(db, kept, "low")[k] for k in ("state", "last_error", "died_at")} == {
+        "state": "dead", "last_error": "expired", "died_at": MIN}
+    assert job(db, later, "low")["state"] == "pending"
+    assert one(db, "SELECT alk.sweep_expired('low')") == 0
+
+    # The highest clock: expires, leases and purge instants saturate to MAX.
+    pin_clock(db, MAX - 10)
+    held = enqueue(db, expires=MAX, priority=2, visibility_timeout_s=MAX)  # lease ends at MAX: still valid
+    lapsed = enqueue(db, expires=5, priority=1, visibility_timeout_s=1, dead_letter_retention_s=0)
+    waiting = enqueue(db, expires=MAX, run_at=MAX, dead_letter_retention_s=1)  # MAX + 1: never purged
+    negative = enqueue(db, expires=MAX, run_at=MAX, dead_letter_retention_s=MIN)  # MAX + MIN = -1: purged at once
+    forever = enqueue(db, run_at=MAX)
+    assert [c["id"] for c in claim(db, 2)] == [held, lapsed]
+    pin_clock(db, MAX)
+    assert one(db, "SELECT alk.sweep_expired('q')") == 3 + 2  # lapsed, waiting, negative buried; two purged
+    assert job(db, lapsed) is None and job(db, negative) is None
+    assert {k: job(db, waiting)[k] for k in ("state", "last_error", "died_at")} == {
+        "state": "dead", "last_error": "expired", "died_at": MAX}
+    assert job(db, held)["state"] == "processing"
+    assert job(db, held)["claim_expires_at"] == MAX
+    assert job(db, forever)["state"] == "pending"
+    assert one(db, "SELECT alk.sweep_expired('q')") == 0
+    assert job(db, kept, "low")["state"] == "dead"
 
 
 @settings(max_examples=300, deadline=None)

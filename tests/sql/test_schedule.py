@@ -21,7 +21,7 @@ from psycopg.types.json import Jsonb
 from pytest_postgresql.janitor import DatabaseJanitor
 
 from tests.conftest import Server, pin_clock
-from tests.sql.helpers import raises_lk
+from tests.helpers import one, raises_lk
 
 NOW = 1_700_000_000  # 2023-11-14T22:13:20Z
 MAX = 2**63 - 1
@@ -29,12 +29,6 @@ MIN = -(2**63)
 FIRST_INSTANT = -62_135_596_800  # 0001-01-01T00:00:00Z
 LAST_INSTANT = 253_402_300_799  # 9999-12-31T23:59:59Z
 CAP = 100  # boundaries one tick fires per schedule
-
-
-def one(db: psycopg.Connection, query: str, *params: Any) -> Any:
-    row = db.execute(query, params).fetchone()
-    assert row is not None
-    return row[0]
 
 
 def at(local: str, zone: str = "UTC") -> int:

@@ -20,6 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import pin_clock
+from tests.helpers import one, sqlstate_of
 
 NOW = 1_700_000_000
 MAX = 2**63 - 1
@@ -27,12 +28,6 @@ MIN = -(2**63)
 DEADLINE = 30.0
 #: A 1024-byte name that does not compress (the longest a stream or consumer may have).
 LONGEST = "".join(hashlib.sha512(b"pyalk %d" % i).hexdigest() for i in range(8))
-
-
-def one(db: psycopg.Connection, query: str, *params: Any) -> Any:
-    row = db.execute(query, params).fetchone()
-    assert row is not None
-    return row[0]
 
 
 def publish(db: psycopg.Connection, stream: str = "s", payload: str = "{}", key: str | None = None) -> int:
@@ -63,12 +58,6 @@ def save(db: psycopg.Connection, at: int | None, stream: str = "s", consumer: st
 
 def saved(db: psycopg.Connection, stream: str = "s", consumer: str = "c") -> int:
     return one(db, "SELECT alk.get_offset(%s, %s)", stream, consumer)
-
-
-def sqlstate_of(db: psycopg.Connection, query: str, *params: Any) -> tuple[str | None, str]:
-    with pytest.raises(psycopg.Error) as caught:
-        db.execute(query, params)
-    return caught.value.sqlstate, caught.value.diag.message_primary or ""
 
 
 # offsets -------------------------------------------------------------------

@@ -15,16 +15,11 @@ from hypothesis import strategies as st
 from psycopg import sql
 
 from tests.conftest import pin_clock
+from tests.helpers import one, sqlstate_of
 
 NOW = 1_700_000_000
 MAX = 2**63 - 1
 MIN = -(2**63)
-
-
-def one(db: psycopg.Connection, query: str, *params: Any) -> Any:
-    row = db.execute(query, params).fetchone()
-    assert row is not None
-    return row[0]
 
 
 def rows(db: psycopg.Connection, query: str, *params: Any) -> list[dict[str, Any]]:
@@ -48,12 +43,6 @@ def claim(db: psycopg.Connection, n: int = 1, worker: str = "w1", queue: str = "
 
 def kill(db: psycopg.Connection, job_id: int, attempt: int, worker: str = "w1", err: str = "boom") -> None:
     assert one(db, "SELECT alk.fail(%s, %s, %s, %s)", job_id, worker, attempt, err) is True
-
-
-def sqlstate_of(db: psycopg.Connection, query: str, *params: Any) -> tuple[str | None, str]:
-    with pytest.raises(psycopg.Error) as caught:
-        db.execute(query, params)
-    return caught.value.sqlstate, caught.value.diag.message_primary or ""
 
 
 def stats(db: psycopg.Connection, queue: str | None = None) -> list[dict[str, Any]]:

@@ -10,7 +10,6 @@ import psycopg
 import pytest
 
 from pyalk import AsyncAlk, AsyncLock, InvalidArgument, InvalidName
-from pyalk._async.lock import try_lock
 
 NOW = 1_700_000_000
 
@@ -134,9 +133,9 @@ async def test_bad_names_are_refused(alk, db):
 
 
 async def test_pyalk_itself_takes_reserved_locks(alk, conn, db):
-    leader = await try_lock(alk, "alk:scheduler", "host-a", 30, reserved=True)
-    assert leader is not None
-    assert await try_lock(alk, "alk:scheduler", "host-b", 30, reserved=True) is None
+    leader = AsyncLock(alk.executor, "alk:scheduler", "host-a", reserved=True)
+    assert await leader.try_acquire(30) is True
+    assert await AsyncLock(alk.executor, "alk:scheduler", "host-b", reserved=True).try_acquire(30) is False
     assert await leader.expires_at() == NOW + 30
     await pin(conn, NOW + 20)
     assert await leader.renew(30) is True
@@ -144,3 +143,26 @@ async def test_pyalk_itself_takes_reserved_locks(alk, conn, db):
     async with leader:
         pass
     assert holder(db, "alk:scheduler") is None
+
+
+async def test_the_lock_handle_binds_every_lock_function(alk, db):
+    lock = alk.lock("report", "a")
+    assert isinstance(lock, AsyncLock)
+    assert await lock.get() is None  # creating the handle takes nothing
+    assert await lock.try_acquire(60) is True
+    info = await lock.get()
+    assert info is not None
+    assert (info.name, info.owner, info.acquired_at, info.expires_at) == ("report", "a", NOW, NOW + 60)
+    assert await alk.lock("report", "b").try_acquire(60) is False
+    assert await alk.lock("report", "b").expires_at() is None
+    assert await lock.renew(30) is True
+    assert holder(db, "report") == ("a", NOW + 30)
+    assert await lock.release() is True
+    assert await lock.get() is None
+
+
+async def test_a_lock_handle_without_owner_is_its_own_contender(alk, db):
+    first, second = alk.lock("report"), alk.lock("report")
+    assert first.owner != second.owner
+    assert await first.try_acquire(60) is True
+    assert await second.try_acquire(60) is False

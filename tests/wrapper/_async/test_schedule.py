@@ -33,8 +33,8 @@ from pyalk import (
     LeadershipLost,
     Schedule,
 )
-from pyalk._async.schedule import SCHEDULER_LOCK, run_schedules
-from pyalk._sync import schedule as sync_schedule
+from pyalk._async.schedule import SCHEDULER_LOCK
+from tests.helpers import until
 
 NOW = 1_700_000_000
 DEADLINE = 30.0
@@ -103,15 +103,6 @@ def records() -> Iterator[Records]:
     logger.setLevel(level)
 
 
-def until(predicate: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + DEADLINE
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.02)  # a polling interval, not a synchronisation
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 class Driver:
     """A thread that drives the test while the loop runs in the foreground.
     Whatever happens, it ends by calling ``finally_`` (cancelling the
@@ -169,7 +160,7 @@ class Background:
 
         def run() -> None:
             try:
-                sync_schedule.run_schedules(self.client, self.stop, owner=owner, **options)
+                self.client.schedules.run(self.stop, owner=owner, **options)
             except BaseException as error:
                 self.errors.append(error)
             finally:
@@ -322,7 +313,7 @@ async def test_a_cancelled_token_returns_before_contending(alk, db):
     stop = AsyncStopToken()
     stop.cancel()
     assert stop.is_cancelled()
-    await run_schedules(alk, stop, owner="never")
+    await alk.schedules.run(stop, owner="never")
     assert holder(db) is None
 
 
@@ -337,7 +328,7 @@ async def test_stop_wakes_a_sleeping_leader_at_once(alk, db, records):
         cancelled.append(time.monotonic())
 
     driver = Driver(drive, stop.cancel)
-    await run_schedules(alk, stop, owner="sleeper", lease_ttl=600, poll_interval=60)
+    await alk.schedules.run(stop, owner="sleeper", lease_ttl=600, poll_interval=60)
     returned_at = time.monotonic()
     driver.join()
     assert returned_at - cancelled[0] < PROMPT
@@ -360,7 +351,7 @@ async def test_a_standby_never_ticks_and_stop_wakes_it_at_once(alk, db, records)
         cancelled.append(time.monotonic())
 
     driver = Driver(drive, stop.cancel)
-    await run_schedules(alk, stop, owner="standby", poll_interval=60)
+    await alk.schedules.run(stop, owner="standby", poll_interval=60)
     returned_at = time.monotonic()
     driver.join()
     assert returned_at - cancelled[0] < PROMPT
@@ -389,7 +380,7 @@ async def test_a_standby_takes_over_at_once_when_the_leader_stops(alk, db, dsn, 
     try:
         until(lambda: holder(db) == "first", "the first loop to lead")
         driver = Driver(drive, stop.cancel)
-        await run_schedules(alk, stop, owner="second", lease_ttl=600, poll_interval=0.2)
+        await alk.schedules.run(stop, owner="second", lease_ttl=600, poll_interval=0.2)
         driver.join()
     finally:
         first.finish()
@@ -413,7 +404,7 @@ async def test_a_standby_takes_over_when_the_leaders_lease_lapses(alk, db, recor
 
     driver = Driver(drive, stop.cancel)
     # poll_interval is long: the standby wakes when the lease runs out.
-    await run_schedules(alk, stop, owner="heir", lease_ttl=600, poll_interval=60)
+    await alk.schedules.run(stop, owner="heir", lease_ttl=600, poll_interval=60)
     driver.join()
     assert expires_at <= seen["acquired_at"] <= expires_at + 2
     records.wait_for("heir", "standby")  # it did wait first
@@ -438,7 +429,7 @@ async def test_leadership_lost_when_the_lease_is_taken(alk, db, records):
 
     driver = Driver(drive, stop.cancel)
     with pytest.raises(LeadershipLost, match="victim"):
-        await run_schedules(alk, stop, owner="victim", lease_ttl=3, poll_interval=30)
+        await alk.schedules.run(stop, owner="victim", lease_ttl=3, poll_interval=30)
     raised_at = time.monotonic()
     finished.set()
     driver.join()
@@ -461,7 +452,7 @@ async def test_the_loop_survives_its_connections_being_terminated(alk, db, recor
         records.wait_for("survivor", "database unavailable")  # it did meet the error, and retried
 
     driver = Driver(drive, stop.cancel)
-    await run_schedules(alk, stop, owner="survivor", lease_ttl=600, poll_interval=0.5)
+    await alk.schedules.run(stop, owner="survivor", lease_ttl=600, poll_interval=0.5)
     driver.join()
     assert holder(db) is None
 
@@ -470,11 +461,11 @@ async def test_run_schedules_arguments(alk, db):
     stop = AsyncStopToken()
     for bad in (0, -1.0, True, "1"):
         with pytest.raises(InvalidArgument, match="poll_interval"):
-            await run_schedules(alk, stop, poll_interval=bad)  # type: ignore[arg-type]
+            await alk.schedules.run(stop, poll_interval=bad)  # type: ignore[arg-type]
     with pytest.raises(InvalidArgument, match="ttl"):
-        await run_schedules(alk, stop, lease_ttl=0)  # the server's LK002
+        await alk.schedules.run(stop, lease_ttl=0)  # the server's LK002
     with pytest.raises(InvalidArgument, match="lease_ttl"):
-        await run_schedules(alk, stop, lease_ttl=2.5)  # type: ignore[arg-type]
+        await alk.schedules.run(stop, lease_ttl=2.5)  # type: ignore[arg-type]
     with pytest.raises(InvalidName):
-        await run_schedules(alk, stop, owner="")
+        await alk.schedules.run(stop, owner="")
     assert holder(db) is None

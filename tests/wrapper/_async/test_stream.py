@@ -20,6 +20,7 @@ import pytest
 from psycopg_pool import AsyncConnectionPool
 
 from pyalk import AsyncAlk, AsyncStream, AsyncSubscription, CodecError, InvalidArgument, InvalidName, StreamEvent
+from tests.helpers import until
 
 DEADLINE = 30.0
 
@@ -58,15 +59,6 @@ def publish_from(dsn: str, stream: str, payloads: list[Any]) -> None:
             conn.execute("SELECT alk.publish(%s, %s::jsonb)", [stream, psycopg.types.json.Jsonb(payload)])
 
 
-def until(predicate: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + DEADLINE
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.002)  # a polling interval, not a synchronisation
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def listener_read_after(db: psycopg.Connection, pid: int, since: Any) -> bool:
     """The listener ran a read that started after ``since`` and is now idle:
     it found nothing and is waiting for a notification."""
@@ -102,7 +94,7 @@ def in_thread(fn: Callable[[], Any]) -> tuple[threading.Thread, list[BaseExcepti
 async def test_publish_read_round_trip(alk, db):
     stream = alk.stream("orders")
     assert isinstance(stream, AsyncStream)
-    assert repr(stream) == "AsyncStream('orders')"
+    assert repr(stream) == f"{type(stream).__name__}('orders')"
     assert await stream.publish({"id": 1, "tags": ["a", None], "x": 2.5}) == 1
     assert await stream.publish("two", key="k2") == 2
     assert await stream.publish_with_key("k3", None) == 3

@@ -19,7 +19,8 @@ import psycopg
 import pytest
 
 from pyalk import AsyncAlk, AsyncJobHandle, AsyncWorker, InvalidArgument, InvalidName, PermanentError, QueueOpts
-from pyalk._async.worker import list_jobs, next_claim_at, queue_channel, requeue_dead
+from pyalk.worker_state import WorkerState
+from tests.helpers import until
 
 DEADLINE = 30.0
 APP = "pyalk-worker-test"
@@ -30,15 +31,6 @@ async def alk(dsn: str) -> AsyncIterator[AsyncAlk]:
     # Named, so the test can watch the worker's sessions in pg_stat_activity.
     async with AsyncAlk(f"{dsn} application_name={APP}") as client:
         yield client
-
-
-def until(predicate: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + DEADLINE
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.005)  # a polling interval, not a synchronisation
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def in_thread(fn: Callable[[], Any]) -> threading.Thread:
@@ -84,21 +76,21 @@ async def test_stats_and_inspection_bindings(alk, db):
     assert [s.queue for s in await alk.stats()] == ["q"]
     assert await alk.stats("empty") != []
 
-    dead = await list_jobs(alk, "q", "dead")
+    dead = await alk.queue("q").list_jobs("dead")
     assert [job.id for job in dead] == [ids[0]] and dead[0].last_error == "bad"
-    assert [job.id for job in await list_jobs(alk, "q", limit=2, after_id=ids[0])] == ids[1:3]
-    assert await requeue_dead(alk, "q", [ids[0]]) == 1
-    assert await requeue_dead(alk, "q") == 0
-    assert await next_claim_at(alk, "q") is not None
-    assert await next_claim_at(alk, "nothing") is None
-    assert (await queue_channel(alk, "q")).startswith("alk_q_")
+    assert [job.id for job in await alk.queue("q").list_jobs(limit=2, after_id=ids[0])] == ids[1:3]
+    assert await alk.queue("q").requeue_dead([ids[0]]) == 1
+    assert await alk.queue("q").requeue_dead() == 0
+    assert await alk.queue("q").next_claim_at() is not None
+    assert await alk.queue("nothing").next_claim_at() is None
+    assert (await alk.queue("q").channel()).startswith("alk_q_")
 
     with pytest.raises(InvalidArgument):
-        await list_jobs(alk, "q", "running")
+        await alk.queue("q").list_jobs("running")
     with pytest.raises(InvalidName):
-        await requeue_dead(alk, "alk:outbox:x")
+        await alk.queue("alk:outbox:x").requeue_dead()
     with pytest.raises(InvalidArgument):
-        await requeue_dead(alk, "q", [2**63])
+        await alk.queue("q").requeue_dead([2**63])
 
 
 async def test_worker_arguments_are_checked(alk):
@@ -127,6 +119,60 @@ async def test_a_worker_stopped_before_it_runs_returns_at_once_and_runs_once(alk
     assert job_rows(db)[0][1:3] == ("pending", 0)
     with pytest.raises(RuntimeError, match="a worker runs once"):
         await worker.run()
+
+
+def states_seen(caplog: pytest.LogCaptureFixture) -> list[str]:
+    """The states a worker entered, in order, from its transition log records."""
+    return [record.state for record in caplog.records if hasattr(record, "state")]
+
+
+async def test_a_worker_passes_through_its_lifecycle_once(alk, caplog):
+    async def handler(job: AsyncJobHandle) -> None:
+        pass
+
+    await alk.queue("q").enqueue(1)
+    worker = AsyncWorker(alk, "q", handler, burst=True, handle_signals=False)
+    assert worker.state is WorkerState.NEW
+    with caplog.at_level(logging.DEBUG, logger="pyalk.worker"):
+        counts = await worker.run()
+    assert counts.acked == 1
+    assert states_seen(caplog) == ["starting", "running", "draining", "flushing", "stopped"]
+    assert worker.state is WorkerState.STOPPED and worker.running is False
+    with pytest.raises(RuntimeError, match="is finished: a worker runs once"):
+        await worker.run()
+    assert worker.state is WorkerState.STOPPED
+
+
+async def test_a_stop_before_run_skips_running(alk, caplog):
+    async def handler(job: AsyncJobHandle) -> None:
+        raise AssertionError("no job should run")
+
+    worker = AsyncWorker(alk, "q", handler, handle_signals=False)
+    worker.stop()
+    assert worker.state is WorkerState.NEW  # remembered, applied when run() starts
+    with caplog.at_level(logging.DEBUG, logger="pyalk.worker"):
+        await worker.run()
+    assert states_seen(caplog) == ["starting", "draining", "flushing", "stopped"]
+
+
+async def test_a_forced_stop_while_draining_skips_the_grace_period(alk, db, caplog):
+    released = asyncio.Event()
+    worker: AsyncWorker
+
+    async def handler(job: AsyncJobHandle) -> None:
+        worker.stop()
+        worker.stop(force=True)  # a second signal
+        await released.wait()  # would outlive any grace period
+
+    await alk.queue("q").enqueue(1)
+    worker = AsyncWorker(alk, "q", handler, grace_period=DEADLINE * 10, handle_signals=False)
+    try:
+        with caplog.at_level(logging.DEBUG, logger="pyalk.worker"):
+            counts = await worker.run()
+    finally:
+        released.set()
+    assert (counts.claimed, counts.acked, counts.abandoned) == (1, 0, 1)
+    assert states_seen(caplog) == ["starting", "running", "draining", "forced", "flushing", "stopped"]
 
 
 # outcomes --------------------------------------------------------------------------

@@ -11,7 +11,6 @@ import psycopg
 import pytest
 
 from pyalk import Alk, Lock, InvalidArgument, InvalidName
-from pyalk._sync.lock import try_lock
 
 NOW = 1_700_000_000
 
@@ -135,9 +134,9 @@ def test_bad_names_are_refused(alk, db):
 
 
 def test_pyalk_itself_takes_reserved_locks(alk, conn, db):
-    leader = try_lock(alk, "alk:scheduler", "host-a", 30, reserved=True)
-    assert leader is not None
-    assert try_lock(alk, "alk:scheduler", "host-b", 30, reserved=True) is None
+    leader = Lock(alk.executor, "alk:scheduler", "host-a", reserved=True)
+    assert leader.try_acquire(30) is True
+    assert Lock(alk.executor, "alk:scheduler", "host-b", reserved=True).try_acquire(30) is False
     assert leader.expires_at() == NOW + 30
     pin(conn, NOW + 20)
     assert leader.renew(30) is True
@@ -145,3 +144,26 @@ def test_pyalk_itself_takes_reserved_locks(alk, conn, db):
     with leader:
         pass
     assert holder(db, "alk:scheduler") is None
+
+
+def test_the_lock_handle_binds_every_lock_function(alk, db):
+    lock = alk.lock("report", "a")
+    assert isinstance(lock, Lock)
+    assert lock.get() is None  # creating the handle takes nothing
+    assert lock.try_acquire(60) is True
+    info = lock.get()
+    assert info is not None
+    assert (info.name, info.owner, info.acquired_at, info.expires_at) == ("report", "a", NOW, NOW + 60)
+    assert alk.lock("report", "b").try_acquire(60) is False
+    assert alk.lock("report", "b").expires_at() is None
+    assert lock.renew(30) is True
+    assert holder(db, "report") == ("a", NOW + 30)
+    assert lock.release() is True
+    assert lock.get() is None
+
+
+def test_a_lock_handle_without_owner_is_its_own_contender(alk, db):
+    first, second = alk.lock("report"), alk.lock("report")
+    assert first.owner != second.owner
+    assert first.try_acquire(60) is True
+    assert second.try_acquire(60) is False

@@ -1,0 +1,269 @@
+-- pyalk core: the core every mechanism stands on.
+--
+-- current definition; edit here, then add a version file (docs/migrations.md).
+-- Landed as 0001_core.sql and 0008_schema.sql (schema_info); a fresh
+-- install runs this file, an upgrade runs the version files, and
+-- tests/migrations proves both give the same catalog.
+--
+-- The schema, the clock, the error helper, name validation and saturating
+-- stamp arithmetic, and alk.schema_info (landed in 0008).
+--
+-- Conventions every mechanism (and every version file) follows:
+--   * public functions are SECURITY DEFINER with a pinned search_path, so the
+--     tables stay private and EXECUTE on the functions is the whole API;
+--   * every object is schema-qualified inside a body; names are data;
+--   * errors are raised through alk._raise with an LK SQLSTATE.
+
+CREATE SCHEMA IF NOT EXISTS alk;
+COMMENT ON SCHEMA alk IS 'pyalk: job queues, streams, outbox, locks and a scheduler as SQL functions.';
+
+-- Nothing in alk is usable by PUBLIC until an administrator grants it
+-- (docs/security.md). Functions created later by this role start private too.
+REVOKE ALL ON SCHEMA alk FROM PUBLIC;
+ALTER DEFAULT PRIVILEGES IN SCHEMA alk REVOKE EXECUTE ON FUNCTIONS FROM PUBLIC;
+
+-- Raise a pyalk error. Usable inside expressions (returns anyelement-free
+-- boolean so CASE branches can call it).
+CREATE FUNCTION alk._raise(code text, message text)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RAISE EXCEPTION USING ERRCODE = code, MESSAGE = message;
+END
+$$;
+COMMENT ON FUNCTION alk._raise(text, text) IS 'internal: raise an LK error with the given SQLSTATE and message';
+
+-- Quote a caller's value for an error message, cut to a readable length.
+CREATE FUNCTION alk._show(value text)
+RETURNS text
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT CASE
+        WHEN value IS NULL THEN 'NULL'
+        WHEN pg_catalog.length(value) > 80
+            THEN pg_catalog.quote_literal(pg_catalog.left(value, 80)) || '... (' || pg_catalog.length(value) || ' characters)'
+        ELSE pg_catalog.quote_literal(value)
+    END
+$$;
+COMMENT ON FUNCTION alk._show(text) IS 'internal: a value quoted and shortened for an error message';
+
+-- The clock: integer unix seconds. A session may pin it for tests and
+-- replays with SET alk.now = '<integer>'; RESET (or an empty value) unpins.
+--
+-- Hot-path helpers (alk.now and the saturating arithmetic below) are plain
+-- SQL expressions with no SET clause, so the planner inlines them into the
+-- calling statement: a SET clause would cost a call per use. They cannot be
+-- redirected by a caller's search_path: every function and operator in them
+-- is written pg_catalog-qualified (a test checks this).
+CREATE FUNCTION alk._clock_setting_invalid(setting text)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM alk._raise('LK002', 'setting alk.now must hold an integer number of unix seconds in the bigint range, got '
+        || alk._show(setting));
+    RETURN NULL;
+END
+$$;
+COMMENT ON FUNCTION alk._clock_setting_invalid(text) IS 'internal: LK002 for an alk.now setting that is not a bigint';
+
+CREATE FUNCTION alk.now()
+RETURNS bigint
+LANGUAGE sql VOLATILE
+AS $$
+    SELECT CASE
+        WHEN pg_catalog.current_setting('alk.now', true) IS NULL
+          OR pg_catalog.current_setting('alk.now', true) OPERATOR(pg_catalog.=) ''
+            THEN pg_catalog.floor(pg_catalog.date_part('epoch', pg_catalog.clock_timestamp()))::bigint
+        WHEN pg_catalog.current_setting('alk.now', true) OPERATOR(pg_catalog.~) '^\s*[-+]?[0-9]{1,18}\s*$'
+            THEN pg_catalog.current_setting('alk.now', true)::bigint
+        WHEN pg_catalog.current_setting('alk.now', true) OPERATOR(pg_catalog.~) '^\s*[-+]?[0-9]{19}\s*$'
+         AND pg_catalog.current_setting('alk.now', true)::numeric
+             OPERATOR(pg_catalog.>=) '-9223372036854775808'::numeric
+         AND pg_catalog.current_setting('alk.now', true)::numeric
+             OPERATOR(pg_catalog.<=) '9223372036854775807'::numeric
+            THEN pg_catalog.current_setting('alk.now', true)::bigint
+        ELSE alk._clock_setting_invalid(pg_catalog.current_setting('alk.now', true))
+    END
+$$;
+COMMENT ON FUNCTION alk.now() IS
+'The clock every alk function reads once per call: integer unix seconds. '
+'SET alk.now = ''1700000000'' pins it for the session (tests, replays); RESET alk.now unpins. '
+'Example: SELECT alk.now();';
+
+-- Name rule: non-empty text of at most 1024 bytes; the prefix alk: is
+-- reserved for pyalk's own names unless the caller is pyalk itself
+-- (reserved_ok). Names lead index keys, and a btree entry stops at 2704
+-- bytes: the cap turns what would be a raw "index row size" failure deep in
+-- an insert into an LK001 naming the argument, with room for pyalk's
+-- prefixes (alk:outbox:<name>).
+CREATE FUNCTION alk._check_name(argument text, value text, reserved_ok boolean DEFAULT false)
+RETURNS text
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF value IS NULL OR value = '' THEN
+        PERFORM alk._raise('LK001', argument || ' must be a non-empty name, got ' || alk._show(value));
+    END IF;
+    IF pg_catalog.octet_length(value) > 1024 THEN
+        PERFORM alk._raise('LK001', argument || ' must be at most 1024 bytes long, got '
+            || pg_catalog.octet_length(value) || ' bytes: ' || alk._show(value));
+    END IF;
+    IF NOT reserved_ok AND pg_catalog.starts_with(value, 'alk:') THEN
+        PERFORM alk._raise('LK001', argument || ' ' || alk._show(value) || ' uses the reserved prefix ''alk:''');
+    END IF;
+    RETURN value;
+END
+$$;
+COMMENT ON FUNCTION alk._check_name(text, text, boolean) IS 'internal: LK001 unless value is a non-empty name of at most 1024 bytes outside the reserved alk: prefix';
+
+-- Saturating bigint arithmetic: stamp sums never raise "bigint out of range"
+-- and never poison a row; the result is clamped to the bigint domain.
+-- Inlinable (see alk.now): no SET clause, every operator qualified.
+CREATE FUNCTION alk._sat_add(a bigint, b bigint)
+RETURNS bigint
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    SELECT CASE
+        WHEN b OPERATOR(pg_catalog.>) 0
+         AND a OPERATOR(pg_catalog.>) (9223372036854775807 OPERATOR(pg_catalog.-) b)
+            THEN 9223372036854775807
+        WHEN b OPERATOR(pg_catalog.<) 0
+         AND a OPERATOR(pg_catalog.<) ('-9223372036854775808'::bigint OPERATOR(pg_catalog.-) b)
+            THEN '-9223372036854775808'::bigint
+        ELSE a OPERATOR(pg_catalog.+) b
+    END
+$$;
+COMMENT ON FUNCTION alk._sat_add(bigint, bigint) IS 'internal: a + b clamped to the bigint range (NULL if either is NULL)';
+
+CREATE FUNCTION alk._sat_sub(a bigint, b bigint)
+RETURNS bigint
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    SELECT CASE
+        WHEN b OPERATOR(pg_catalog.<) 0
+         AND a OPERATOR(pg_catalog.>) (9223372036854775807 OPERATOR(pg_catalog.+) b)
+            THEN 9223372036854775807
+        WHEN b OPERATOR(pg_catalog.>) 0
+         AND a OPERATOR(pg_catalog.<) ('-9223372036854775808'::bigint OPERATOR(pg_catalog.+) b)
+            THEN '-9223372036854775808'::bigint
+        ELSE a OPERATOR(pg_catalog.-) b
+    END
+$$;
+COMMENT ON FUNCTION alk._sat_sub(bigint, bigint) IS 'internal: a - b clamped to the bigint range (NULL if either is NULL)';
+
+-- base * 2^exponent, clamped; exponent < 0 counts as 0. Off the hot path
+-- (retry only), so it keeps the usual pinned search_path.
+CREATE FUNCTION alk._sat_mul_pow2(base bigint, exponent bigint)
+RETURNS bigint
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT CASE
+        WHEN base IS NULL OR exponent IS NULL THEN NULL
+        WHEN base = 0 THEN 0
+        WHEN exponent >= 63 THEN CASE WHEN base > 0 THEN 9223372036854775807 ELSE -9223372036854775808 END
+        ELSE least(greatest(
+                 base::numeric * (1::bigint << greatest(exponent, 0)::integer)::numeric,
+                 -9223372036854775808::numeric), 9223372036854775807::numeric)::bigint
+    END
+$$;
+COMMENT ON FUNCTION alk._sat_mul_pow2(bigint, bigint) IS 'internal: base * 2^exponent clamped to the bigint range';
+
+-- NOTIFY channel names: prefix || the first 32 hex digits of sha256(name as
+-- UTF-8), so a channel is short and fixed-length whatever the name (the
+-- limit is 63 bytes), and each queue or stream has its own. sha256 rather
+-- than md5: servers in FIPS mode refuse md5.
+CREATE FUNCTION alk._channel(prefix text, name text)
+RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT prefix || pg_catalog.left(pg_catalog.encode(pg_catalog.sha256(pg_catalog.convert_to(name, 'UTF8')), 'hex'), 32)
+$$;
+COMMENT ON FUNCTION alk._channel(text, text) IS 'internal: a NOTIFY channel name for a queue or stream name';
+
+-- Argument checks shared by every mechanism.
+CREATE FUNCTION alk._check_int4(argument text, value bigint)
+RETURNS integer
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF value IS NOT NULL AND (value < -2147483648 OR value > 2147483647) THEN
+        PERFORM alk._raise('LK002', argument || ' must be between -2147483648 and 2147483647, got ' || value);
+    END IF;
+    RETURN value::integer;
+END
+$$;
+COMMENT ON FUNCTION alk._check_int4(text, bigint) IS 'internal: LK002 unless value fits a 32-bit integer column';
+
+CREATE FUNCTION alk._check_not_null(argument text, value anyelement)
+RETURNS anyelement
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF value IS NULL THEN
+        PERFORM alk._raise('LK002', argument || ' must not be NULL');
+    END IF;
+    RETURN value;
+END
+$$;
+COMMENT ON FUNCTION alk._check_not_null(text, anyelement) IS 'internal: LK002 when a required argument is SQL NULL';
+
+-- The payload rule of every enqueue and publish form: payloads are JSON
+-- values, never SQL NULL (a JSON null is 'null'::jsonb).
+CREATE FUNCTION alk._check_payloads(payloads jsonb[])
+RETURNS jsonb[]
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    null_at integer;
+BEGIN
+    IF payloads IS NULL THEN
+        PERFORM alk._raise('LK002', 'payloads must be an array of JSON values, got NULL');
+    END IF;
+    null_at := pg_catalog.array_position(payloads, NULL);
+    IF null_at IS NOT NULL THEN
+        PERFORM alk._raise('LK002', CASE WHEN pg_catalog.cardinality(payloads) = 1
+            THEN 'payload must be a JSON value, got SQL NULL'
+            ELSE 'payload ' || null_at || ' is SQL NULL' END || '; a JSON null is ''null''::jsonb');
+    END IF;
+    RETURN payloads;
+END
+$$;
+COMMENT ON FUNCTION alk._check_payloads(jsonb[]) IS 'internal: LK002 unless payloads is an array of JSON values without SQL NULLs';
+
+-- schema version (0008) -----------------------------------------------------
+--
+-- The schema says which version it is, so a client can check at
+-- connect that it can run on it (docs/migrations.md, "Compatibility").
+--
+-- alk.schema_info() returns the installed version and the newest version
+-- that broke older clients. A version file that changes a function's
+-- signature or result in a way an older pyalk would misread replaces this
+-- function with its own number as breaking_since; every other version leaves
+-- it alone. A client that knows versions up to K runs on a schema whose
+-- breaking_since <= K, and asks for `pyalk migrate` when the schema is older
+-- than the version it needs.
+
+CREATE FUNCTION alk.schema_info(OUT version text, OUT breaking_since text)
+RETURNS record
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT (SELECT max(v.version_num)::text FROM alk.alembic_version v), '0008'::text
+$$;
+COMMENT ON FUNCTION alk.schema_info() IS
+'The installed schema version and breaking_since, the newest version that older clients cannot run on. '
+'A client that knows versions up to K may run when breaking_since <= K; it needs pyalk migrate when version is '
+'older than what it uses. Example: SELECT * FROM alk.schema_info();';
+
+REVOKE ALL ON ALL FUNCTIONS IN SCHEMA alk FROM PUBLIC;

@@ -1,0 +1,65 @@
+"""Helpers shared by the test suites: polling with a deadline, one-value
+queries and SQLSTATE assertions."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import psycopg
+import pytest
+
+#: Seconds `until` waits by default: long enough for a loaded 2-core machine;
+#: it only bounds how long a broken test takes to fail.
+DEADLINE = 60.0
+#: Seconds between two looks at the predicate: a polling interval, not a synchronisation.
+INTERVAL = 0.005
+
+
+def until(predicate: Callable[[], bool], what: str, deadline: float = DEADLINE) -> None:
+    """Return once ``predicate()`` is true; fail naming ``what`` after ``deadline`` seconds."""
+    end = time.monotonic() + deadline
+    while time.monotonic() < end:
+        if predicate():
+            return
+        time.sleep(INTERVAL)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+async def until_async(predicate: Callable[[], bool], what: str, deadline: float = DEADLINE) -> None:
+    """`until` for a coroutine: the event loop keeps running while it polls."""
+    end = time.monotonic() + deadline
+    while time.monotonic() < end:
+        if predicate():
+            return
+        await asyncio.sleep(INTERVAL)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def one(db: psycopg.Connection, query: str, *params: Any, **named: Any) -> Any:
+    """The single value of a one-row query (positional ``%s`` or named ``%(name)s`` parameters)."""
+    assert not (params and named), "positional or named parameters, not both"
+    row = db.execute(query, named or params).fetchone()
+    assert row is not None, query
+    return row[0]
+
+
+def sqlstate_of(db: psycopg.Connection, query: str, *params: Any) -> tuple[str | None, str]:
+    """The SQLSTATE and primary message of the error ``query`` must raise."""
+    with pytest.raises(psycopg.Error) as caught:
+        db.execute(query, params)
+    return caught.value.sqlstate, caught.value.diag.message_primary or ""
+
+
+@contextmanager
+def raises_lk(code: str, *fragments: str) -> Iterator[None]:
+    """The block raises SQLSTATE ``code`` with every fragment in its message."""
+    with pytest.raises(psycopg.Error) as caught:
+        yield
+    assert caught.value.sqlstate == code, caught.value
+    message = caught.value.diag.message_primary or ""
+    for fragment in fragments:
+        assert fragment in message, message

