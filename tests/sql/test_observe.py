@@ -12,7 +12,7 @@ import psycopg
 import pytest
 
 from tests.conftest import pin_clock
-from tests.sql.helpers import raises_lk
+from tests.helpers import raises_lk
 
 NOW = 1_700_000_000
 
