@@ -37,10 +37,12 @@ async def _configure(conn: psycopg.AsyncConnection[Any]) -> None:
 
 
 def make_pool(conninfo: str, max_size: int = 4) -> AsyncConnectionPool[Any]:
-    """A small pool of autocommit connections: every read is one statement."""
+    """A small pool of autocommit connections: every read is one statement.
+    Each connection is checked as it leaves the pool, so a server restart
+    costs the next page nothing but a reconnect."""
     return AsyncConnectionPool(conninfo, min_size=1, max_size=max_size, open=False,
                                kwargs={"autocommit": True, "row_factory": dict_row},
-                               configure=_configure)
+                               configure=_configure, check=AsyncConnectionPool.check_connection)
 
 
 @dataclass(frozen=True)
