@@ -30,6 +30,7 @@ if not (os.access(CHROMIUM, os.X_OK) and os.access(CHROMEDRIVER, os.X_OK)):
     pytest.skip(f"no headless Chromium here ({CHROMIUM}, {CHROMEDRIVER}): apt-get install chromium chromium-driver",
                 allow_module_level=True)
 
+from selenium.common.exceptions import StaleElementReferenceException  # noqa: E402
 from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 
@@ -61,11 +62,25 @@ def wait_for(check: Callable[[], Any], what: str, timeout: float = 15.0) -> Any:
 
 
 def cell(driver: Any, queue: str, column: str) -> str:
-    rows = driver.find_elements(By.CSS_SELECTOR, "tr[data-queue]")
-    for row in rows:
-        if row.get_attribute("data-queue") == queue:
-            return str(row.find_element(By.CSS_SELECTOR, f"td.{column}").text)
-    raise AssertionError(f"no row for queue {queue!r}")
+    """One counter of the overview, read in one script call: htmx swaps the
+    table every few seconds, so element handles held across calls go stale."""
+    text = driver.execute_script(
+        "for (const row of document.querySelectorAll('tr[data-queue]')) {"
+        "  if (row.dataset.queue === arguments[0]) return row.querySelector('td.' + arguments[1]).textContent.trim();"
+        "} return null;", queue, column)
+    assert text is not None, f"no row for queue {queue!r}"
+    return str(text)
+
+
+def click(driver: Any, by: str, value: str) -> None:
+    """Click an element, finding it again if an htmx swap replaced it meanwhile."""
+    def attempt() -> bool:
+        try:
+            driver.find_element(by, value).click()
+        except StaleElementReferenceException:
+            return False
+        return True
+    wait_for(attempt, f"a click on {value!r}")
 
 
 def shoot(driver: Any, name: str) -> None:
@@ -92,11 +107,11 @@ def test_overview_queue_dead_job_requeue_and_the_counts_change(browser, live_ser
     wait_for(lambda: cell(browser, "emails", "ready") == "33", "the refreshed ready count")
     assert browser.execute_script("return window.pyalkMarker") == marker
 
-    browser.find_element(By.LINK_TEXT, HOSTILE).click()
+    click(browser, By.LINK_TEXT, HOSTILE)
     wait_for(lambda: "queue" in browser.title, "the queue page")
-    browser.find_element(By.LINK_TEXT, "dead").click()
+    click(browser, By.LINK_TEXT, "dead")
     wait_for(lambda: browser.find_elements(By.LINK_TEXT, str(seeded.dead_id)), "the dead job's row")
-    browser.find_element(By.LINK_TEXT, str(seeded.dead_id)).click()
+    click(browser, By.LINK_TEXT, str(seeded.dead_id))
     wait_for(lambda: browser.title.startswith("job "), "the job page")
     assert browser.find_element(By.ID, "job-state").text == "dead"
     assert "<img src=x onerror=alert(3)>" in browser.find_element(By.CSS_SELECTOR, "pre.err").text
