@@ -316,6 +316,6 @@ def counter_cost_row(ctx: Context) -> RowResult:
         records=records,
         notes=["Both variants call alk.ack_batch through a wrapper function, so the only difference is the "
                "PERFORM alk._count_settled(queue, 'acked', acked) line. Each backend writes its own counter row "
-               "(queue, minute, backend pid): concurrent settles never wait for each other's commit. Every run's jobs/s "
-               "(synchronous_commit/batch/clients): " + "; ".join(runs) + "."],
+               "(queue, minute, backend pid): concurrent settles never wait for each other's commit. "
+               "Every run's jobs/s (synchronous_commit/batch/clients): " + "; ".join(runs) + "."],
         seconds=time.perf_counter() - started)
