@@ -182,7 +182,7 @@ def row(
 
 def load_rows() -> dict[str, Row]:
     """Import every row module (each registers its rows) and return them."""
-    from bench import rows_e2e, rows_hostile, rows_latency, rows_router, rows_sql  # noqa: F401
+    from bench import rows_dashboard, rows_e2e, rows_hostile, rows_latency, rows_router, rows_sql  # noqa: F401
 
     order = list(GROUPS)
     return dict(sorted(ROWS.items(), key=lambda item: order.index(item[1].group)))

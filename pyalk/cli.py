@@ -52,6 +52,7 @@ from pyalk import (
     log,
     migrate,
 )
+from pyalk.cli_dashboard import add_commands, add_worker_option, worker_observer
 from pyalk.cli_schedule import Shared, add_schedule_commands
 from pyalk.errors import AlkError
 from pyalk.install import install_script, versions
@@ -444,6 +445,7 @@ def cmd_worker(args: argparse.Namespace, console: Console) -> None:
         "batch_size": args.batch_size, "poll_interval": args.poll_interval, "grace_period": args.grace,
         "listen": not args.no_listen, "burst": args.burst,
     }
+    options.update(worker_observer(args, dsn, AsyncWorker if _is_async(handler) else Worker))
     counts: WorkerCounts
     if _is_async(handler):
         async def run_async() -> WorkerCounts:
@@ -580,6 +582,7 @@ def parser() -> argparse.ArgumentParser:
                         help="size of the worker's connection pool (4), plus one LISTEN connection")
     worker.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
     worker.add_argument("--log-format", default="text", choices=("text", "json"))
+    add_worker_option(worker)
     database_options(worker)
     worker.set_defaults(run=cmd_worker)
 
@@ -623,7 +626,12 @@ def parser() -> argparse.ArgumentParser:
     shared = Shared(error=CliError, client=_client, database=_database, load=_import,
                     json_argument=_json_argument, stamp=_stamp, is_async=_is_async)
     add_schedule_commands(commands, database_options, shared)  # schedule, scheduler, relay
+    add_commands(commands, database_options, _with_database)  # dashboard, metrics
     return root
+
+
+def _with_database(command: Callable[[argparse.Namespace, str], None]) -> Callable[[argparse.Namespace, Console], None]:
+    return lambda args, console: command(args, _database(args))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -40,6 +40,17 @@ ROUTES: dict[str, str] = {
     "queue_stats": "hash_or_all",
     "tick": "custom",
     "scheduler_tick": "custom",
+    # The fence is the in-progress transactions of one server: a worker going
+    # idle through the router reads it on some partition, so its re-claim after
+    # the fence covers that partition's enqueues only; the fallback poll covers
+    # the rest (docs/scale-out.md).
+    "wake_fence": "any",
+    # 0011 observe: the whole-system reads gather every partition.
+    "list_locks": "all",
+    "schedule_overview": "all",
+    "stream_stats": "hash_or_all",
+    "stream_consumer_lag": "hash_or_all",
+    "queue_throughput": "hash_or_all",
 }
 
 #: The job operations take the queue last and optional (job ids are unique
@@ -315,7 +326,8 @@ def _function(function: Function) -> str:
     # all / hash_or_all: a proxy on every partition, and a wrapper that
     # sorts the concatenation (PL/Proxy returns partition after partition).
     parts = [_proxy(f"_all_{function.name}", function.arguments, _setof(function), "ALL", _remote_call(function))]
-    merged = f"SELECT * FROM alk._all_{function.name}({function.call_arguments}) ORDER BY 1"
+    # Two columns: a name, then what orders one name's rows (a consumer, a bucket).
+    merged = f"SELECT * FROM alk._all_{function.name}({function.call_arguments}) ORDER BY 1, 2"
     if route == "all":
         body = f"RETURN QUERY {merged};"
     elif route == "hash_or_all":

@@ -178,4 +178,29 @@ COMMENT ON FUNCTION alk.get_lock(text) IS
 'free for the next try_lock. '
 'Example: SELECT *, expires_at <= alk.now() AS expired FROM alk.get_lock(''nightly-report'');';
 
+-- locks ---------------------------------------------------------------------
+
+CREATE TYPE alk.lock_state AS (
+    name text,
+    owner text,
+    acquired_at bigint,
+    expires_at bigint,
+    held boolean
+);
+COMMENT ON TYPE alk.lock_state IS 'One lock''s row of alk.list_locks.';
+
+CREATE FUNCTION alk.list_locks()
+RETURNS SETOF alk.lock_state
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT l.name, l.owner, l.acquired_at, l.expires_at, l.expires_at > alk.now()
+      FROM alk.locks l
+     ORDER BY l.name
+$$;
+COMMENT ON FUNCTION alk.list_locks() IS
+'Every lock taken and not released, reserved ones (the scheduler''s leader lock) included, by name: held is '
+'expires_at > now; an expired row is free for the next try_lock. '
+'Example: SELECT name, owner, expires_at - alk.now() AS expires_in_s FROM alk.list_locks() WHERE held;';
+
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA alk FROM PUBLIC;

@@ -953,4 +953,59 @@ COMMENT ON FUNCTION alk.scheduler_tick(text, bigint) IS
 'several callers (processes, pg_cron) with their own owners elect one. owner NULL or empty is LK001; ttl NULL or '
 '<= 0 is LK002. Example: SELECT * FROM alk.scheduler_tick(''host-a:4242'', 30);';
 
+-- schedules -----------------------------------------------------------------
+
+-- The last boundary each schedule fired, written by the tick path.
+CREATE TABLE alk.schedule_fires (
+    name text NOT NULL,
+    fire_at bigint NOT NULL,
+    job_id bigint,
+    fired_at bigint NOT NULL,
+    CONSTRAINT schedule_fires_pkey PRIMARY KEY (name)
+);
+COMMENT ON TABLE alk.schedule_fires IS 'The last fire of every schedule. Private: use the alk.* functions.';
+
+-- The tick path's one call per fired boundary. Monotone: a late or
+-- concurrent tick that fired an earlier boundary never moves it back.
+CREATE FUNCTION alk._note_fire(name text, fire_at bigint, job_id bigint)
+RETURNS void
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    INSERT INTO alk.schedule_fires AS f (name, fire_at, job_id, fired_at)
+    VALUES ($1, $2, $3, alk.now())
+    ON CONFLICT ON CONSTRAINT schedule_fires_pkey DO UPDATE
+       SET fire_at = excluded.fire_at, job_id = excluded.job_id, fired_at = excluded.fired_at
+     WHERE f.fire_at < excluded.fire_at
+$$;
+COMMENT ON FUNCTION alk._note_fire(text, bigint, bigint) IS
+'internal: remember the boundary a schedule fired (monotone) and the job it enqueued';
+
+CREATE TYPE alk.schedule_state AS (
+    name text,
+    spec text,
+    tz text,
+    queue text,
+    next_fire_at bigint,
+    last_fire_at bigint,
+    last_job_id bigint,
+    last_fired_at bigint
+);
+COMMENT ON TYPE alk.schedule_state IS 'One schedule''s row of alk.schedule_overview.';
+
+CREATE FUNCTION alk.schedule_overview()
+RETURNS SETOF alk.schedule_state
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT s.name, s.spec, s.tz, s.queue, s.next_fire_at, f.fire_at, f.job_id, f.fired_at
+      FROM alk.schedules s
+      LEFT JOIN alk.schedule_fires f ON f.name = s.name
+     ORDER BY s.name
+$$;
+COMMENT ON FUNCTION alk.schedule_overview() IS
+'Every schedule by name with its next fire and its last: last_fire_at (the boundary), last_job_id (the job it '
+'enqueued) and last_fired_at (when the tick fired it); NULL until it first fires. '
+'Example: SELECT name, next_fire_at - alk.now() AS due_in_s, last_fire_at FROM alk.schedule_overview();';
+
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA alk FROM PUBLIC;

@@ -307,4 +307,127 @@ COMMENT ON FUNCTION alk.trim_to(text, bigint) IS
 'deletes nothing). Offsets are never reused: the next publish continues after the highest offset ever handed out. '
 'Example: SELECT alk.trim_to(''orders'', 1000);';
 
+-- browse_events -------------------------------------------------------------
+
+CREATE TYPE alk.event_brief AS (
+    stream text,
+    event_offset bigint,
+    key text,
+    payload_preview text,
+    payload_bytes bigint,
+    created_at bigint
+);
+COMMENT ON TYPE alk.event_brief IS
+'A stream event as a listing shows it: the payload cut to payload_preview (its JSON text), payload_bytes its full size.';
+
+CREATE FUNCTION alk.browse_events(stream text, before_offset bigint DEFAULT NULL, n bigint DEFAULT 50,
+                                  preview_chars bigint DEFAULT 200)
+RETURNS SETOF alk.event_brief
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+BEGIN
+    PERFORM alk._check_name('stream', browse_events.stream);
+    IF preview_chars IS NULL OR preview_chars < 0 OR preview_chars > 1000000 THEN
+        PERFORM alk._raise('LK002', 'preview_chars must be 0 to 1000000, got ' || coalesce(preview_chars::text, 'NULL'));
+    END IF;
+    IF n IS NULL OR n <= 0 THEN
+        RETURN;
+    END IF;
+    RETURN QUERY
+    SELECT e.stream, e.event_offset, e.key, pg_catalog.left(e.payload::text, preview_chars::integer),
+           pg_catalog.octet_length(e.payload::text)::bigint, e.created_at
+      FROM alk.stream_events e
+     WHERE e.stream = browse_events.stream
+       AND e.event_offset < coalesce(before_offset, 9223372036854775807)
+     ORDER BY e.event_offset DESC
+     LIMIT n;
+END
+$$;
+COMMENT ON FUNCTION alk.browse_events(text, bigint, bigint, bigint) IS
+'Up to n events of a stream, newest first, with offsets below before_offset (NULL: from the head): keyset paging '
+'backwards. Payloads come cut to preview_chars characters with payload_bytes the full size (alk.read_since has the '
+'whole event). Example: SELECT event_offset, key, payload_preview FROM alk.browse_events(''orders'', n => 10);';
+
+-- streams and consumers -----------------------------------------------------
+
+CREATE TYPE alk.stream_stat AS (
+    stream text,
+    head_offset bigint,
+    first_offset bigint,
+    consumers bigint,
+    max_lag bigint,
+    created_at bigint
+);
+COMMENT ON TYPE alk.stream_stat IS 'One stream''s row of alk.stream_stats.';
+
+CREATE FUNCTION alk.stream_stats(stream text DEFAULT NULL)
+RETURNS SETOF alk.stream_stat
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    only_stream text := stream_stats.stream;
+BEGIN
+    IF only_stream IS NOT NULL THEN
+        PERFORM alk._check_name('stream', only_stream);
+    END IF;
+    -- One row per head (alk.streams), one primary-key probe for the first
+    -- retained event, and the stream's checkpoints: nothing scans events.
+    RETURN QUERY
+    SELECT s.stream, s.last_offset,
+           (SELECT e.event_offset FROM alk.stream_events e WHERE e.stream = s.stream
+             ORDER BY e.event_offset LIMIT 1),
+           c.consumers, c.max_lag, s.created_at
+      FROM alk.streams s
+     CROSS JOIN LATERAL (
+        SELECT count(*) AS consumers, max(greatest(s.last_offset - sc.at_offset, 0)) AS max_lag
+          FROM alk.stream_consumers sc WHERE sc.stream = s.stream) c
+     WHERE only_stream IS NULL OR s.stream = only_stream
+     ORDER BY s.stream;
+END
+$$;
+COMMENT ON FUNCTION alk.stream_stats(text) IS
+'One row per stream that was ever published to (or only the given one): head_offset (the last offset handed out), '
+'first_offset (the oldest event still kept; NULL when trimmed empty), consumers (saved checkpoints) and max_lag '
+'(the largest head_offset - checkpoint among them, NULL without consumers). Example: SELECT * FROM alk.stream_stats();';
+
+CREATE TYPE alk.consumer_lag AS (
+    stream text,
+    consumer text,
+    at_offset bigint,
+    head_offset bigint,
+    lag bigint,
+    updated_at bigint
+);
+COMMENT ON TYPE alk.consumer_lag IS 'One consumer''s row of alk.stream_consumer_lag.';
+
+CREATE FUNCTION alk.stream_consumer_lag(stream text DEFAULT NULL)
+RETURNS SETOF alk.consumer_lag
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    only_stream text := stream_consumer_lag.stream;
+BEGIN
+    IF only_stream IS NOT NULL THEN
+        PERFORM alk._check_name('stream', only_stream);
+    END IF;
+    RETURN QUERY
+    SELECT sc.stream, sc.consumer, sc.at_offset, coalesce(s.last_offset, 0),
+           greatest(coalesce(s.last_offset, 0) - sc.at_offset, 0), sc.updated_at
+      FROM alk.stream_consumers sc
+      LEFT JOIN alk.streams s ON s.stream = sc.stream
+     WHERE only_stream IS NULL OR sc.stream = only_stream
+     ORDER BY sc.stream, sc.consumer;
+END
+$$;
+COMMENT ON FUNCTION alk.stream_consumer_lag(text) IS
+'Every saved consumer checkpoint (of one stream, or all): at_offset, the stream''s head_offset (0 before the first '
+'publish) and lag = head_offset - at_offset (never below 0: events the consumer has not read yet, trimmed ones '
+'included). Example: SELECT consumer, lag FROM alk.stream_consumer_lag(''orders'') WHERE lag > 1000;';
+
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA alk FROM PUBLIC;

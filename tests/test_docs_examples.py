@@ -12,7 +12,7 @@ import pytest
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 
 #: Pages whose ```sql blocks form one psql script, written to run top to bottom.
-RUNNABLE = ["queue.md", "outbox.md", "lock.md", "transactions.md", "stream.md", "tasks.md"]
+RUNNABLE = ["queue.md", "outbox.md", "lock.md", "transactions.md", "stream.md", "tasks.md", "dashboard.md"]
 
 
 def psql_binary() -> str | None:

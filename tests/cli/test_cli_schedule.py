@@ -137,7 +137,7 @@ def test_the_scheduler_fires_due_schedules_and_stops_cleanly_on_sigint(dsn, db):
     assert "Traceback" not in err
     assert "fired beat" in err and err.strip().endswith("scheduler stopped")
     # A clean stop releases the lease: a standby takes over at once.
-    assert db.execute("SELECT owner FROM alk.get_lock('alk:scheduler')").fetchone() == (None,)
+    assert db.execute("SELECT owner FROM alk.get_lock('alk:scheduler')").fetchone() is None
 
 
 def test_the_scheduler_on_a_bad_dsn_is_one_error_line(capsys, tmp_path):
@@ -164,7 +164,7 @@ def test_relay_delivers_every_due_message_then_stops_in_burst_mode(capsys, dsn, 
     assert deliveries.delivered == [{"invoice": 1}, {"invoice": 2}]
     assert err.strip().endswith("relay of 'billing' stopped: 2 delivered, 0 failed")
     for job_id in ids:  # delivered messages are gone
-        assert db.execute("SELECT id FROM alk.outbox_get_job('billing', %s)", [job_id]).fetchone() == (None,)
+        assert db.execute("SELECT id FROM alk.outbox_get_job('billing', %s)", [job_id]).fetchone() is None
 
 
 def test_relay_retries_a_failed_delivery_with_its_error(capsys, dsn, db):
@@ -172,7 +172,7 @@ def test_relay_retries_a_failed_delivery_with_its_error(capsys, dsn, db):
     code, _, err = run(capsys, "relay", "billing", "tests.cli.deliveries:deliver", "--burst", "--dsn", dsn)
     assert code == 0, err
     assert deliveries.delivered == [{"invoice": 3}]
-    assert db.execute("SELECT id FROM alk.outbox_get_job('billing', %s)", [delivered]).fetchone() == (None,)
+    assert db.execute("SELECT id FROM alk.outbox_get_job('billing', %s)", [delivered]).fetchone() is None
     assert err.strip().endswith("1 delivered, 1 failed")
     row = db.execute("SELECT state, attempts, last_error FROM alk.outbox_get_job('billing', %s)", [down]).fetchone()
     assert row == ("pending", 1, None)  # a retry keeps no error text; the relay's log says it
@@ -187,10 +187,10 @@ def test_relay_runs_until_sigint_then_stops_cleanly(dsn, db):
                                cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         [first] = messages(db, {"invoice": 1})
-        until(lambda: db.execute("SELECT id FROM alk.outbox_get_job('billing', %s)", [first]).fetchone() == (None,),
+        until(lambda: db.execute("SELECT id FROM alk.outbox_get_job('billing', %s)", [first]).fetchone() is None,
               "the relay to deliver the first message")
         [second] = messages(db, {"invoice": 2})  # written while the relay idles: seen at its next look
-        until(lambda: db.execute("SELECT id FROM alk.outbox_get_job('billing', %s)", [second]).fetchone() == (None,),
+        until(lambda: db.execute("SELECT id FROM alk.outbox_get_job('billing', %s)", [second]).fetchone() is None,
               "the relay to deliver the second message")
         process.send_signal(signal.SIGINT)
         _, err = process.communicate(timeout=30)

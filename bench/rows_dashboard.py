@@ -1,0 +1,321 @@
+"""The dashboard's rows (docs/dashboard.md): what the overview's queries cost
+on a big database, whether a dashboard refreshing every second slows the
+workers, and what the throughput counter costs the settle path."""
+
+from __future__ import annotations
+
+import json
+import socket
+import statistics
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, LiteralString
+
+import psycopg
+
+from bench.registry import Context, RowResult, row
+
+QUEUES = 10
+STREAMS = 5
+
+#: The overview's statements, as pyalk/dashboard/data.py sends them.
+OVERVIEW: tuple[LiteralString, ...] = (
+    "SELECT * FROM alk.queue_stats()",
+    "SELECT * FROM alk.queue_throughput()",
+    "SELECT * FROM alk.stream_stats()",
+    "SELECT * FROM alk.stream_consumer_lag()",
+    "SELECT * FROM alk.schedule_overview()",
+    "SELECT * FROM alk.list_locks()",
+)
+
+
+def _fill(conn: psycopg.Connection, jobs: int, events: int) -> None:
+    """jobs spread over QUEUES queues (80 % ready, 10 % scheduled, 5 %
+    processing, 5 % dead), events over STREAMS streams with two consumers
+    each, schedules, locks and an hour of throughput counters. Written
+    straight into the tables: this is the data, not the thing measured."""
+    now = int(conn.execute("SELECT alk.now()").fetchone()[0])  # type: ignore[index]
+    conn.execute("""
+        INSERT INTO alk.jobs (queue, state, payload, priority, run_at, attempts, max_attempts, worker_id, claimed_at,
+                              claim_expires_at, created_at, visibility_timeout_s, backoff_base_s, last_error, died_at)
+        SELECT 'queue-' || (i %% %(queues)s),
+               CASE WHEN i %% 20 = 0 THEN 'processing' WHEN i %% 20 = 1 THEN 'dead' ELSE 'pending' END,
+               jsonb_build_object('n', i, 'to', 'user' || i || '@example.com'),
+               i %% 3, CASE WHEN i %% 10 = 2 THEN %(now)s + 3600 ELSE %(now)s - i %% 600 END,
+               CASE WHEN i %% 20 IN (0, 1) THEN 1 ELSE 0 END, 3,
+               CASE WHEN i %% 20 IN (0, 1) THEN 'w' END, CASE WHEN i %% 20 IN (0, 1) THEN %(now)s - 10 END,
+               CASE WHEN i %% 20 = 0 THEN %(now)s + 290 END, %(now)s - 1000, 300, 5,
+               CASE WHEN i %% 20 = 1 THEN 'boom' END, CASE WHEN i %% 20 = 1 THEN %(now)s - 5 END
+          FROM generate_series(1, %(jobs)s) i""", {"queues": QUEUES, "jobs": jobs, "now": now})
+    for s in range(STREAMS):
+        stream = f"stream-{s}"
+        conn.execute("SELECT count(*) FROM alk.publish_batch(%s, (SELECT array_agg(jsonb_build_object('i', i)) "
+                     "FROM generate_series(1, %s) i))", [stream, events // STREAMS])
+        conn.execute("SELECT alk.save_offset(%s, 'billing', %s), alk.save_offset(%s, 'audit', %s)",
+                     [stream, events // STREAMS, stream, events // STREAMS // 2])
+    conn.execute("SELECT alk.schedule('s' || i, '*/5 * * * *', 'queue-' || (i % 10)) FROM generate_series(1, 20) i")
+    conn.execute("SELECT alk.try_lock('lock-' || i, 'owner', 600) FROM generate_series(1, 20) i")
+    conn.execute("""DO $$ DECLARE m int; q int; clock bigint := alk.now(); BEGIN
+        FOR m IN 0..59 LOOP FOR q IN 0..9 LOOP
+            PERFORM set_config('alk.now', (clock - (59 - m) * 60)::text, true);
+            PERFORM alk._count_settled('queue-' || q, 'acked', 100 + m);
+        END LOOP; END LOOP; END $$""")
+    conn.execute("RESET alk.now")  # the DO block pinned it per minute
+    conn.execute("VACUUM ANALYZE alk.jobs")
+    conn.execute("VACUUM ANALYZE alk.stream_events")
+
+
+@row(
+    "dashboard.overview",
+    "latency",
+    "Dashboard overview queries on a big database",
+    "Each statement the overview page sends, timed on 10^6 jobs in 10 queues and 10^5 stream events "
+    "(10^4 and 10^3 in --quick): the median of 7 runs after a warm-up, and their sum (one refresh).",
+)
+def overview_row(ctx: Context) -> RowResult:
+    started = time.perf_counter()
+    jobs, events = (10_000, 1_000) if ctx.mode.quick else (1_000_000, 100_000)
+    records: list[dict[str, Any]] = []
+    with ctx.server.fresh_db("alk_bench_dash", floor=False) as db, \
+            psycopg.connect(ctx.server.dsn_for(db), autocommit=True) as conn:
+        ctx.progress.start("filling", total=len(OVERVIEW) + 1)
+        _fill(conn, jobs, events)
+        ctx.progress.advance()
+        total = 0.0
+        for query in OVERVIEW:
+            conn.execute(query).fetchall()  # warm-up
+            timings = []
+            for _ in range(7):
+                t0 = time.perf_counter()
+                rows = conn.execute(query).fetchall()
+                timings.append((time.perf_counter() - t0) * 1000)
+            median = statistics.median(timings)
+            total += median
+            records.append({"statement": query, "rows": len(rows), "median ms": round(median, 2),
+                            "max ms": round(max(timings), 2)})
+            ctx.progress.advance()
+        records.append({"statement": "one overview refresh (sum)", "rows": None, "median ms": round(total, 2),
+                        "max ms": None})
+    return RowResult(
+        key="dashboard.overview", title="Dashboard overview queries on a big database", status="ok",
+        columns=["statement", "rows", "median ms", "max ms"], records=records,
+        notes=[f"{jobs} jobs in {QUEUES} queues (80 % ready, 10 % scheduled, 5 % processing, 5 % dead), {events} "
+               f"events in {STREAMS} streams, 20 schedules, 20 locks, an hour of counters; vacuumed and analyzed."],
+        seconds=time.perf_counter() - started)
+
+
+def _drain(dsn: str, options: str, stop: threading.Event, counts: list[int], index: int) -> None:
+    with psycopg.connect(dsn, autocommit=True, options=options) as conn:
+        worker = f"w{index}"
+        while not stop.is_set():
+            claimed = conn.execute("SELECT id, attempts FROM alk.claim('work', %s, 10)", [worker]).fetchall()
+            if not claimed:
+                continue
+            conn.execute("SELECT alk.ack_batch(%s, %s, %s, 'work')",
+                         [[r[0] for r in claimed], worker, [r[1] for r in claimed]])
+            counts[index] += len(claimed)
+
+
+def _throughput(dsn: str, options: str, clients: int, seconds: float, dashboard: Callable[[], None] | None) -> float:
+    stop = threading.Event()
+    counts = [0] * clients
+    threads = [threading.Thread(target=_drain, args=(dsn, options, stop, counts, i)) for i in range(clients)]
+    if dashboard is not None:
+        threads.append(threading.Thread(target=_refresh_every_second, args=(dashboard, stop)))
+    for thread in threads:
+        thread.start()
+    time.sleep(seconds)
+    stop.set()
+    for thread in threads:
+        thread.join()
+    return sum(counts) / seconds
+
+
+def _refresh_every_second(refresh: Callable[[], None], stop: threading.Event) -> None:
+    while not stop.is_set():
+        t0 = time.monotonic()
+        refresh()
+        stop.wait(max(0.0, 1.0 - (time.monotonic() - t0)))
+
+
+@row(
+    "dashboard.no_interference",
+    "latency",
+    "Worker throughput with the dashboard refreshing every second",
+    "claim 10 + ack_batch throughput of 2 clients on a 10^5-job queue (10^4 in --quick) beside 10^5 other jobs: "
+    "alone, with the dashboard's statements every second, and with the real dashboard (pyalk dashboard in its own "
+    "process; the overview, its fragment and the queue page fetched every second), alternated; the medians.",
+)
+def no_interference_row(ctx: Context) -> RowResult:
+    import subprocess
+    import sys
+    import urllib.request
+
+    import psutil
+
+    started = time.perf_counter()
+    backlog, seconds, rounds = (10_000, 2.0, 1) if ctx.mode.quick else (100_000, 8.0, 3)
+    setups = ("workers alone", "+ the dashboard's SQL every 1 s", "+ pyalk dashboard, 3 pages every 1 s")
+    rates: dict[str, list[float]] = {name: [] for name in setups}
+    with ctx.server.fresh_db("alk_bench_dash", floor=False) as db:
+        dsn = ctx.server.dsn_for(db)
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            _fill(conn, 100_000 if not ctx.mode.quick else 5_000, 1_000)
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        dashboard = subprocess.Popen([sys.executable, "-m", "pyalk", "dashboard", "--dsn", dsn, "--port", str(port)],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        base = f"http://127.0.0.1:{port}"
+        process = psutil.Process(dashboard.pid)
+        dashboard_cpu: list[float] = []
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                urllib.request.urlopen(base + "/", timeout=5).read()
+                break
+            except OSError:
+                if time.monotonic() > deadline or dashboard.poll() is not None:
+                    raise
+                time.sleep(0.1)
+
+        def pages() -> None:
+            for path in ("/", "/fragments/overview", "/queue?name=work"):
+                with urllib.request.urlopen(base + path, timeout=10) as response:
+                    response.read()
+
+        sql_conn = psycopg.connect(dsn, autocommit=True)
+
+        def statements() -> None:
+            for query in (*OVERVIEW, *OVERVIEW):  # the overview and its fragment
+                sql_conn.execute(query).fetchall()
+            sql_conn.execute("SELECT * FROM alk.queue_stats('work')").fetchall()
+            sql_conn.execute("SELECT * FROM alk.browse_jobs('work', 'pending', 51)").fetchall()
+
+        refreshers: dict[str, Callable[[], None] | None] = dict(zip(setups, (None, statements, pages), strict=True))
+        try:
+            ctx.progress.start("rounds", total=rounds * len(setups))
+            for r in range(rounds):
+                # Rotated each round: a machine that slows down over the run biases no setup.
+                for name in setups[r % len(setups):] + setups[:r % len(setups)]:
+                    with psycopg.connect(dsn, autocommit=True) as conn:
+                        conn.execute("SELECT count(*) FROM alk.enqueue_batch('work', (SELECT array_agg("
+                                     "jsonb_build_object('n', i)) FROM generate_series(1, %s) i))", [backlog])
+                        conn.execute("VACUUM ANALYZE alk.jobs")
+                    cpu_before = sum(process.cpu_times()[:2])
+                    rates[name].append(_throughput(dsn, ctx.session_options, 2, seconds, refreshers[name]))
+                    if refreshers[name] is pages:
+                        dashboard_cpu.append((sum(process.cpu_times()[:2]) - cpu_before) / seconds)
+                    with psycopg.connect(dsn, autocommit=True) as conn:
+                        conn.execute("DELETE FROM alk.jobs WHERE queue = 'work'")
+                    ctx.progress.advance()
+        finally:
+            sql_conn.close()
+            dashboard.terminate()
+            dashboard.wait(10)
+    alone = statistics.median(rates[setups[0]])
+    records = [{"setup": name, "jobs/s": round(statistics.median(rates[name])),
+                "vs alone": f"{statistics.median(rates[name]) / alone:.2f}"} for name in setups]
+    return RowResult(
+        key="dashboard.no_interference", title="Worker throughput with the dashboard refreshing every second",
+        status="ok", columns=["setup", "jobs/s", "vs alone"], records=records,
+        notes=[f"{rounds} alternated rounds of {seconds:g} s each; every round's jobs/s: "
+               + "; ".join(f"{name}: {json.dumps([round(x) for x in rates[name]])}" for name in setups)
+               + f". The dashboard process used {statistics.median(dashboard_cpu):.0%} of a core while refreshing. "
+               "Workers, server and dashboard share the machine's 2 cores: CPU the dashboard takes shows "
+               "here too, not only locks (the dashboard takes none: single alk.* reads in autocommit)."],
+        seconds=time.perf_counter() - started)
+
+
+_COUNTED_ACK_BATCH = """
+CREATE FUNCTION alk.bench_ack_batch_counted(job_ids bigint[], worker_id text, attempts bigint[], queue text)
+RETURNS bigint LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE acked bigint;
+BEGIN
+    acked := alk.ack_batch(job_ids, worker_id, attempts, queue);
+    PERFORM alk._count_settled(queue, 'acked', acked);  -- the one line the settle path gains
+    RETURN acked;
+END $$;
+CREATE FUNCTION alk.bench_ack_batch_plain(job_ids bigint[], worker_id text, attempts bigint[], queue text)
+RETURNS bigint LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    RETURN alk.ack_batch(job_ids, worker_id, attempts, queue);
+END $$;
+"""
+
+
+def _settle_rate(dsn: str, options: str, clients: int, jobs: int, batch: int, counted: bool) -> float:
+    function = "alk.bench_ack_batch_counted" if counted else "alk.bench_ack_batch_plain"
+    per_client = jobs // clients
+    done = [0] * clients
+
+    def drain(index: int) -> None:
+        with psycopg.connect(dsn, autocommit=True, options=options) as conn:
+            queue = "settle"
+            while done[index] < per_client:
+                claimed = conn.execute("SELECT id, attempts FROM alk.claim(%s, %s, %s)",
+                                       [queue, f"w{index}", batch]).fetchall()
+                if not claimed:
+                    return
+                conn.execute(f"SELECT {function}(%s, %s, %s, %s)",  # type: ignore[arg-type]
+                             [[r[0] for r in claimed], f"w{index}", [r[1] for r in claimed], queue])
+                done[index] += len(claimed)
+
+    threads = [threading.Thread(target=drain, args=(i,)) for i in range(clients)]
+    t0 = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return sum(done) / (time.perf_counter() - t0)
+
+
+@row(
+    "dashboard.counter_cost",
+    "latency",
+    "What the throughput counter costs the settle path",
+    "claim + ack_batch throughput with and without the one alk._count_settled call per batch the settle path "
+    "gains, batches of 1 and 100, 1 and 4 clients on one queue, synchronous_commit off (the CPU cost) and on "
+    "(where a shared counter row would serialise the commits), alternated; the medians.",
+)
+def counter_cost_row(ctx: Context) -> RowResult:
+    started = time.perf_counter()
+    rounds = 1 if ctx.mode.quick else 3
+    records: list[dict[str, Any]] = []
+    runs: list[str] = []
+    with ctx.server.fresh_db("alk_bench_dash", floor=False) as db:
+        dsn = ctx.server.dsn_for(db)
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(_COUNTED_ACK_BATCH)
+        cases = [(sync, batch, clients) for sync in ("off", "on") for batch in (1, 100) for clients in (1, 4)]
+        ctx.progress.start("settle", total=len(cases) * rounds * 2)
+        for sync, batch, clients in cases:
+            options = f"-c synchronous_commit={sync}"
+            jobs = (400 if batch == 1 else 8_000) if ctx.mode.quick else (2_000 if batch == 1 else 50_000)
+            rates: dict[bool, list[float]] = {False: [], True: []}
+            if sync == "off":
+                jobs *= 4
+            for _ in range(rounds):
+                for counted in (False, True):
+                    with psycopg.connect(dsn, autocommit=True) as conn:
+                        conn.execute("SELECT count(*) FROM alk.enqueue_batch('settle', (SELECT array_agg("
+                                     "jsonb_build_object('n', i)) FROM generate_series(1, %s) i))", [jobs])
+                        conn.execute("VACUUM ANALYZE alk.jobs")
+                    rates[counted].append(_settle_rate(dsn, options, clients, jobs, batch, counted))
+                    ctx.progress.advance()
+            plain, counted_rate = statistics.median(rates[False]), statistics.median(rates[True])
+            runs.append(f"{sync}/{batch}/{clients}: without {[round(x) for x in rates[False]]}, "
+                        f"with {[round(x) for x in rates[True]]}")
+            records.append({"synchronous_commit": sync, "batch": batch, "clients": clients,
+                            "without jobs/s": round(plain),
+                            "with counter jobs/s": round(counted_rate), "ratio": f"{counted_rate / plain:.3f}"})
+    return RowResult(
+        key="dashboard.counter_cost", title="What the throughput counter costs the settle path", status="ok",
+        columns=["synchronous_commit", "batch", "clients", "without jobs/s", "with counter jobs/s", "ratio"],
+        records=records,
+        notes=["Both variants call alk.ack_batch through a wrapper function, so the only difference is the "
+               "PERFORM alk._count_settled(queue, 'acked', acked) line. Each backend writes its own counter row "
+               "(queue, minute, backend pid): concurrent settles never wait for each other's commit. "
+               "Every run's jobs/s (synchronous_commit/batch/clients): " + "; ".join(runs) + "."],
+        seconds=time.perf_counter() - started)

@@ -1,0 +1,89 @@
+"""The ``pyalk dashboard`` and ``pyalk metrics`` commands, and the worker's
+``--metrics-port`` (docs/dashboard.md). Kept apart from pyalk/cli.py: they
+need the optional ``dashboard`` extra, imported only when a command runs."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import inspect
+import os
+import threading
+from collections.abc import Callable
+from typing import Any
+
+HINT = "pip install 'pyalk[dashboard]'"
+_EXTRA = ("starlette", "jinja2", "uvicorn", "prometheus_client")
+
+
+class ExtraMissing(RuntimeError):
+    """The dashboard extra is not installed: one line with the fix."""
+
+
+def _require_extra(command: str) -> None:
+    missing = [name for name in _EXTRA if importlib.util.find_spec(name) is None]
+    if missing:
+        raise ExtraMissing(f"pyalk {command} needs the dashboard extra ({', '.join(missing)} missing): {HINT}")
+
+
+def _port(text: str) -> int:
+    value = int(text)
+    if not 0 < value < 65536:
+        raise argparse.ArgumentTypeError(f"must be 1 to 65535, got {value}")
+    return value
+
+
+def cmd_dashboard(args: argparse.Namespace, dsn: str) -> None:
+    _require_extra("dashboard")
+    uvicorn = importlib.import_module("uvicorn")
+    app_module = importlib.import_module("pyalk.dashboard.app")
+    token = os.environ.get("PYALK_DASHBOARD_TOKEN") or None
+    app = app_module.create_app(dsn, token=token, read_only=args.read_only)
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False)
+
+
+def cmd_metrics(args: argparse.Namespace, dsn: str) -> None:
+    _require_extra("metrics")
+    metrics = importlib.import_module("pyalk.metrics")
+    metrics.serve(args.port, args.host, conninfo=dsn)
+    print(f"pyalk metrics on http://{args.host}:{args.port}/metrics", flush=True)
+    threading.Event().wait()  # the exporter serves from its own thread until interrupted
+
+
+def add_commands(commands: Any, database_options: Callable[[argparse.ArgumentParser], None],
+                 run: Callable[[Callable[[argparse.Namespace, str], None]], Any]) -> None:
+    """Register ``dashboard`` and ``metrics``; ``run`` wraps a command taking
+    the parsed arguments and the database's conninfo into the CLI's form."""
+    dashboard = commands.add_parser("dashboard", help="serve the web dashboard (needs pyalk[dashboard])")
+    dashboard.add_argument("--host", default="127.0.0.1", help="address to bind (127.0.0.1)")
+    dashboard.add_argument("--port", type=_port, default=8080, help="port (8080)")
+    dashboard.add_argument("--read-only", action="store_true", help="offer no actions, whatever the role may do")
+    database_options(dashboard)
+    dashboard.set_defaults(run=run(cmd_dashboard))
+
+    exporter = commands.add_parser("metrics", help="serve Prometheus metrics of queues and streams")
+    exporter.add_argument("--host", default="127.0.0.1", help="address to bind (127.0.0.1)")
+    exporter.add_argument("--port", type=_port, default=9464, help="port (9464)")
+    database_options(exporter)
+    exporter.set_defaults(run=run(cmd_metrics))
+
+
+def add_worker_option(worker: argparse.ArgumentParser) -> None:
+    worker.add_argument("--metrics-port", type=_port,
+                        help="serve this worker's counters and latencies and the queue's depth as Prometheus "
+                             "metrics on 127.0.0.1:PORT (needs pyalk[dashboard])")
+
+
+def worker_observer(args: argparse.Namespace, dsn: str, worker_class: type) -> dict[str, Any]:
+    """With --metrics-port: start the exporter and return the worker option
+    that hands it the observer ({} when the worker takes none yet)."""
+    if not getattr(args, "metrics_port", None):
+        return {}
+    _require_extra("worker --metrics-port")
+    metrics = importlib.import_module("pyalk.metrics")
+    registry = metrics.serve(args.metrics_port, conninfo=dsn)
+    observer = metrics.WorkerMetrics(args.queue, registry)
+    if "observer" in inspect.signature(worker_class).parameters:
+        return {"observer": observer}
+    return {}

@@ -1,0 +1,134 @@
+"""The dashboard's fixtures: a seeded database, roles from docs/security.md's
+recipes, an in-process client and a real server for the browser."""
+
+from __future__ import annotations
+
+import re
+import secrets
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import psycopg
+import pytest
+
+pytest.importorskip("starlette", reason="the dashboard tests need pyalk[dashboard]")
+
+import uvicorn
+from starlette.testclient import TestClient
+
+from pyalk.dashboard import create_app
+
+ROOT = Path(__file__).resolve().parents[2]
+HOSTILE = "<script>alert(1)</script>'\""
+BIG = 1_000_000
+
+
+@dataclass(frozen=True)
+class Seeded:
+    dsn: str
+    dead_id: int  # the hostile queue's dead job
+    big_id: int  # a dead job with a 1 MB payload in queue "reports"
+
+
+def seed(db: psycopg.Connection) -> Seeded:
+    """Queues, a stream with consumers, schedules, locks and an hour of
+    counted settles; hostile names and payloads among them."""
+    db.execute("SELECT alk.enqueue_batch('emails', array_agg(jsonb_build_object('to', i))) "
+               "FROM generate_series(1, 30) i")
+    db.execute("SELECT alk.enqueue('emails', '{\"later\": true}', delay => 3600)")
+    db.execute("SELECT count(*) FROM alk.claim('emails', 'worker-a', 2)")
+    dead_id = db.execute("SELECT alk.enqueue(%s, %s::jsonb, max_attempts => 1)",
+                         [HOSTILE, '{"x": "<script>alert(2)</script>", "q": "\\"\'"}']).fetchone()[0]
+    db.execute("SELECT count(*) FROM alk.claim(%s, %s, 1)", [HOSTILE, HOSTILE])
+    error = "<img src=x onerror=alert(3)>"
+    assert db.execute("SELECT alk.fail(%s, %s, 1, %s)", [dead_id, HOSTILE, error]).fetchone()[0]
+    big_id = db.execute("SELECT alk.enqueue('reports', jsonb_build_object('blob', repeat('x', %s)), max_attempts => 1)",
+                        [BIG]).fetchone()[0]
+    db.execute("SELECT count(*) FROM alk.claim('reports', 'w', 1)")
+    assert db.execute("SELECT alk.fail(%s, 'w', 1, 'too big')", [big_id]).fetchone()[0]
+    db.execute("SELECT alk.publish(%s, jsonb_build_object('i', i, 'html', '<b>x</b>'), 'k' || i) "
+               "FROM generate_series(1, 75) i", [HOSTILE])
+    db.execute("SELECT alk.publish('orders', jsonb_build_object('blob', repeat('y', %s)))", [BIG])
+    db.execute("SELECT alk.save_offset(%s, %s, 60)", [HOSTILE, HOSTILE])
+    db.execute("SELECT alk.schedule(%s, '@every 5m', 'emails')", [HOSTILE])
+    db.execute("SELECT alk.try_lock(%s, %s, 600)", [HOSTILE, HOSTILE])
+    db.execute("""DO $$ DECLARE m bigint; clock bigint := alk.now(); BEGIN
+        FOR m IN 0..59 LOOP
+            PERFORM set_config('alk.now', (clock - (59 - m) * 60)::text, true);
+            PERFORM alk._count_settled('emails', 'acked', 10 + m);
+        END LOOP;
+        PERFORM set_config('alk.now', '', true); END $$""")
+    return Seeded(dsn="", dead_id=dead_id, big_id=big_id)
+
+
+@pytest.fixture
+def seeded(db: psycopg.Connection, dsn: str) -> Seeded:
+    found = seed(db)
+    return Seeded(dsn=dsn, dead_id=found.dead_id, big_id=found.big_id)
+
+
+def recipe(heading: str) -> str:
+    """The first SQL block after a phrase of docs/security.md (matched
+    whatever its line breaks and capitals)."""
+    text = (ROOT / "docs" / "security.md").read_text()
+    found = re.search(r"\s+".join(map(re.escape, heading.split())), text, re.I)
+    assert found, heading
+    section = text[found.end():]
+    block = re.search(r"```sql\n(.*?)```", section, re.S)
+    assert block, heading
+    return block.group(1)
+
+
+@pytest.fixture
+def make_role(db: psycopg.Connection, dsn: str) -> Iterator[Callable[[str], str]]:
+    """A login role granted by one of docs/security.md's recipes; returns its conninfo."""
+    made: list[str] = []
+
+    def make(kind: str) -> str:
+        role = f"pyalk_{kind}_{secrets.token_hex(4)}"
+        if kind == "viewer":
+            sql = recipe("## A read-only role").replace("app_viewer", f'"{role}"')
+            sql = sql.replace(f"CREATE ROLE \"{role}\" LOGIN PASSWORD '...';", f'CREATE ROLE "{role}" LOGIN;')
+        else:
+            sql = f'CREATE ROLE "{role}" LOGIN; GRANT USAGE ON SCHEMA alk TO "{role}";\n' + recipe(
+                "for other roles grant the public functions only").replace("app_worker", f'"{role}"')
+        db.execute(sql)
+        made.append(role)
+        return psycopg.conninfo.make_conninfo(dsn, user=role)
+
+    yield make
+    for role in made:
+        db.execute(f'DROP OWNED BY "{role}"')
+        db.execute(f'DROP ROLE "{role}"')
+
+
+@pytest.fixture
+def client(seeded: Seeded) -> Iterator[TestClient]:
+    with TestClient(create_app(seeded.dsn), base_url="http://127.0.0.1") as test_client:
+        yield test_client
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def live_server(seeded: Seeded) -> Iterator[str]:
+    """The dashboard served by uvicorn on a free port; its base URL."""
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(create_app(seeded.dsn), host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started:
+        assert time.monotonic() < deadline, "the dashboard did not start"
+        time.sleep(0.05)
+    yield f"http://127.0.0.1:{port}"
+    server.should_exit = True
+    thread.join(10)
