@@ -6,6 +6,7 @@ jobs/s and the ratio ours/floor.
 
 from __future__ import annotations
 
+import re
 import statistics
 import time
 from collections.abc import Callable
@@ -260,9 +261,10 @@ for _pair in PAIRS:
 DURABLE_CLIENTS = (8, 16)
 IDLE_WORKER = "bench-idle"
 
-#: The wake-up step of alk._enqueue_one as installed; the scratch copies
-#: replace exactly this text (a changed definition fails the row loudly).
-WAKE_STEP = "PERFORM alk._wake(p_queue);"
+#: The wake-up step of alk._enqueue_one as installed (the idle-advert check
+#: and its pg_notify); the scratch copies replace exactly this block (a
+#: changed definition fails the row loudly).
+WAKE_STEP = re.compile(r"IF pg_catalog\.current_setting\('transaction_isolation'\).*?END IF;", re.S)
 NOTIFY_STEP = "PERFORM pg_catalog.pg_notify(alk._queue_channel(p_queue), '');"
 ENQUEUE_SIGNATURE = "alk.enqueue(text, jsonb, bigint, bigint, bigint, bigint, bigint, bigint, bigint, bigint, text)"
 INNER_SIGNATURE = (
@@ -277,11 +279,11 @@ def install_enqueue_copies(conn: psycopg.Connection[Any]) -> None:
     pg_notify (every enqueue notifies, as before 0009)."""
     inner = _definition(conn, INNER_SIGNATURE)
     outer = _definition(conn, ENQUEUE_SIGNATURE)
-    if inner.count(WAKE_STEP) != 1 or outer.count("alk._enqueue_one(") != 1:
+    if len(WAKE_STEP.findall(inner)) != 1 or outer.count("alk._enqueue_one(") != 1:
         raise RuntimeError("alk.enqueue changed shape: update bench/rows_sql.py's scratch copies")
     for name, step in (("nowake", ""), ("notify", NOTIFY_STEP)):
         body = inner.replace("FUNCTION alk._enqueue_one(", f"FUNCTION alk_floor._enqueue_one_{name}(", 1)
-        conn.execute(body.replace(WAKE_STEP, step))  # type: ignore[arg-type]
+        conn.execute(WAKE_STEP.sub(lambda _, step=step: step, body))  # type: ignore[arg-type,misc]
         wrapper = outer.replace("FUNCTION alk.enqueue(", f"FUNCTION alk_floor.enqueue_{name}(", 1)
         conn.execute(wrapper.replace("alk._enqueue_one(", f"alk_floor._enqueue_one_{name}("))  # type: ignore[arg-type]
 
@@ -392,7 +394,7 @@ def enqueue_durable(ctx: Context) -> RowResult:
         f"wal_sync_method={settings.get('wal_sync_method')}. pgbench -T {mode.enqueue_seconds:g} per side, "
         f"{mode.repeats} repeat(s), medians; the sides alternate.",
         "no notify / always notify: alk.enqueue and alk._enqueue_one copied from the installed catalog into "
-        f"alk_floor, with {WAKE_STEP!r} removed or replaced by an unconditional pg_notify.",
+        "alk_floor, with the idle-advert check and its pg_notify removed or replaced by an unconditional pg_notify.",
         f"The idle worker received {notified} notifications (it never claims, so it stays advertised: every "
         "enqueue in that run sees the advert and notifies, by design).",
     ]

@@ -1,0 +1,1 @@
+SELECT alk_floor.enq_v2('bench', '{"to": "user@example.com", "n": 1}'::jsonb);
