@@ -406,8 +406,12 @@ BEGIN
             || coalesce(cardinality(_settle.errs)::text, 'NULL') || ' errs and '
             || coalesce(cardinality(_settle.delays)::text, 'NULL') || ' delays');
     END IF;
-    SELECT min(o.ord) INTO bad FROM unnest(_settle.outcomes) WITH ORDINALITY AS o(outcome, ord)
-     WHERE o.outcome IS NULL OR o.outcome NOT IN ('ack', 'retry', 'fail');
+    -- NULL outcomes (all ack, a batching worker's usual call): nothing to
+    -- check, and no statement spent on it.
+    IF _settle.outcomes IS NOT NULL THEN
+        SELECT min(o.ord) INTO bad FROM unnest(_settle.outcomes) WITH ORDINALITY AS o(outcome, ord)
+         WHERE o.outcome IS NULL OR o.outcome NOT IN ('ack', 'retry', 'fail');
+    END IF;
     IF bad IS NOT NULL THEN
         PERFORM alk._raise('LK002', 'outcome ' || bad || ' must be ''ack'', ''retry'' or ''fail'', got '
             || alk._show(_settle.outcomes[bad]));
