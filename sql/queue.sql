@@ -709,6 +709,29 @@ BEGIN
     IF k = 0 THEN
         RETURN;
     END IF;
+    IF _settle.outcomes IS NULL THEN
+        -- All ack (a batching worker's usual call): the ack branch of the
+        -- statement below on its own, without the retry/fail UPDATE that a
+        -- generic plan would set up on every call for no rows.
+        RETURN QUERY
+        WITH input AS (
+            SELECT i.id, i.attempt, i.ord
+              FROM unnest(_settle.job_ids, _settle.attempts) WITH ORDINALITY AS i(id, attempt, ord)
+        ), first AS (
+            SELECT DISTINCT ON (i.id) i.* FROM input i ORDER BY i.id, i.ord
+        ), acked AS (
+            DELETE FROM alk.jobs j USING first f
+             WHERE j.id = f.id AND (_settle.queue IS NULL OR j.queue = _settle.queue)
+               AND alk._holds(j, wid, f.attempt, clock)
+            RETURNING j.id
+        )
+        SELECT i.id, i.attempt, CASE WHEN a.id IS NOT NULL THEN 'acked' END
+          FROM input i
+          LEFT JOIN first f ON f.ord = i.ord
+          LEFT JOIN acked a ON a.id = f.id
+         ORDER BY i.ord;
+        RETURN;
+    END IF;
     RETURN QUERY
     WITH input AS (
         SELECT i.id, i.attempt, coalesce(i.outcome, 'ack') AS outcome, i.err, i.delay, i.ord
