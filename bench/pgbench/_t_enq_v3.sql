@@ -1,1 +1,0 @@
-SELECT alk_floor.enq_v3('bench', '{"to": "user@example.com", "n": 1}'::jsonb);
