@@ -34,7 +34,13 @@ def _sql_limits(rows: dict[str, RowResult]) -> str:
     extra time per call at 1 client and extra WAL per job."""
     parts = []
     wals: list[float] = []
-    for key in ("sql.enqueue_1", "sql.enqueue_batch_100", "sql.claim_1_ack", "sql.claim_100_ack_batch"):
+    for key in (
+                "sql.enqueue_1",
+                "sql.enqueue_batch_100",
+                "sql.claim_1_ack",
+                "sql.claim_100_ack_batch",
+                "sql.settle_and_claim",
+            ):
         one = _rec(rows.get(key), clients=1)
         if not one or not one.get("ours latency ms") or not one.get("floor latency ms"):
             continue
@@ -171,7 +177,13 @@ def targets(results: list[RowResult]) -> list[dict[str, Any]]:
         limits = ""
         if kind == "sql":
             ratios = []
-            for key in ("sql.enqueue_1", "sql.enqueue_batch_100", "sql.claim_1_ack", "sql.claim_100_ack_batch"):
+            for key in (
+                "sql.enqueue_1",
+                "sql.enqueue_batch_100",
+                "sql.claim_1_ack",
+                "sql.claim_100_ack_batch",
+                "sql.settle_and_claim",
+            ):
                 r = rows.get(key)
                 if r and r.status == "ok":
                     worst = min(rec["ours/floor"] for rec in r.records if rec["ours/floor"] is not None)

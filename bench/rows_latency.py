@@ -662,3 +662,139 @@ def stream_tail(ctx: Context) -> RowResult:
         extra={"raw": {"tail": tail, "bare": bare, "replay": rates}},
         seconds=time.perf_counter() - started,
     )
+
+
+# -- claim latency with higher-priority future rows (issue 11 §2) -----------------
+
+FUTURE_DELAY_S = 86_400
+FUTURE_ROUNDS = 2
+
+
+def _fill_future(conn: psycopg.Connection[Any], n: int) -> None:
+    """n pending jobs of priority 1, due in a day: ahead of every due job in
+    claim order, but not claimable."""
+    left = n
+    while left > 0:
+        k = min(pg.FILL_CHUNK, left)
+        conn.execute(
+            "SELECT count(*) FROM alk.enqueue_batch(%s, array_fill(%s::jsonb, ARRAY[%s::int]),"
+            " delay => %s, priority => 1)",
+            [pg.QUEUE, pg.PAYLOAD, k, FUTURE_DELAY_S],
+        )
+        left -= k
+
+
+def future_vs_clean(dsn_for: Any, due: int, samples: int) -> dict[str, dict[str, float]]:
+    """Two databases (given by name through ``dsn_for``): 'fut' holds ``due``
+    due jobs and ``due`` higher-priority future ones, 'ref' only the due ones.
+    Timed claim + ack rounds alternate between them; per side the claim
+    percentiles over every round."""
+    claims: dict[str, list[float]] = {"fut": [], "ref": []}
+    totals: dict[str, list[float]] = {"fut": [], "ref": []}
+    for side in ("fut", "ref"):
+        with psycopg.connect(dsn_for(side), autocommit=True) as conn:
+            pg.fill_ours(conn, due + samples * FUTURE_ROUNDS + WARMUP * FUTURE_ROUNDS)
+            if side == "fut":
+                _fill_future(conn, due)
+            pg.settle(conn, "alk.jobs")
+    for rnd in range(FUTURE_ROUNDS):
+        for side in ("fut", "ref") if rnd % 2 == 0 else ("ref", "fut"):
+            with psycopg.connect(dsn_for(side), autocommit=True) as conn:
+                conn.execute("SET synchronous_commit = off")
+                timed = time_claims(conn, samples)
+            claims[side] += timed["claim"]
+            totals[side] += timed["claim+ack"]
+    return {
+        side: {
+            "claim p50": pg.percentiles(claims[side])["p50"],
+            "claim p99": pg.percentiles(claims[side])["p99"],
+            "claim+ack p50": pg.percentiles(totals[side])["p50"],
+        }
+        for side in ("fut", "ref")
+    }
+
+
+def _future_records(server: str, stats: dict[str, dict[str, float]]) -> list[dict[str, Any]]:
+    fut, ref = stats["fut"], stats["ref"]
+    return [
+        {
+            "server": server,
+            "metric": metric,
+            "with future rows ms": _ms(fut[metric]),
+            "no future rows ms": _ms(ref[metric]),
+            "ratio": round(fut[metric] / ref[metric], 3) if ref[metric] else None,
+        }
+        for metric in ("claim p50", "claim p99", "claim+ack p50")
+    ]
+
+
+def _pg15_future(due: int, samples: int) -> tuple[list[dict[str, Any]], str | None]:
+    """The same measurement on a throwaway Debian PostgreSQL 15 (no skip
+    scan), when its binaries are installed."""
+    from bench import pg15
+    from bench.server import install_pyalk
+
+    if not (pg15.BIN / "postgres").exists():
+        return [], f"PostgreSQL 15 not installed ({pg15.BIN}): PG15 part skipped"
+    server = pg15.Pg15()
+    server.start()
+    try:
+        for side in ("fut", "ref"):
+            with psycopg.connect(server.dsn("postgres"), autocommit=True) as conn:
+                conn.execute(f"CREATE DATABASE alk_future_{side}")  # type: ignore[arg-type]
+            with psycopg.connect(server.dsn(f"alk_future_{side}"), autocommit=True) as conn:
+                install_pyalk(conn)
+        stats = future_vs_clean(lambda side: server.dsn(f"alk_future_{side}"), due, samples)
+        version = ""
+        with psycopg.connect(server.dsn("postgres"), autocommit=True) as conn:
+            got = conn.execute("SHOW server_version").fetchone()
+            version = str(got[0]) if got else "15"
+        return _future_records(f"PG {version.split()[0]} (Debian, fsync off)", stats), None
+    finally:
+        server.stop()
+
+
+@row(
+    "latency.claim_vs_future",
+    "latency",
+    "claim latency vs future rows",
+    "Claim one job and ack it on one connection with 10^5 higher-priority jobs scheduled a day ahead and 10^5 due "
+    "ones, against a queue with only the due ones; rounds alternate between the two databases. Target: p50 within "
+    "1.2x. On the bench server and, in full mode, on a Debian PostgreSQL 15 (no skip scan) when installed.",
+)
+def claim_vs_future(ctx: Context) -> RowResult:
+    started = time.perf_counter()
+    mode = ctx.mode
+    due = mode.stale_backlog  # 10^5 in full mode
+    samples = mode.latency_samples
+    ctx.progress.start("claim latency vs future rows", total=None)
+    notes = [
+        f"{due:,} due jobs (priority 0) on both sides, plus {due:,} priority-1 jobs due in {FUTURE_DELAY_S:,} s on "
+        f"one; {FUTURE_ROUNDS} alternating rounds of {samples} timed claim + ack round trips per side after "
+        f"{WARMUP} warm-up ones; synchronous_commit off; VACUUM ANALYZE after the fill."
+    ]
+    with ctx.server.fresh_db("alk_bench_fut") as fut_db, ctx.server.fresh_db("alk_bench_ref") as ref_db:
+        names = {"fut": fut_db, "ref": ref_db}
+        with psycopg.connect(ctx.server.dsn_for(fut_db), autocommit=True) as conn:
+            got = conn.execute("SHOW server_version").fetchone()
+            version = str(got[0]).split()[0] if got else "?"
+        stats = future_vs_clean(lambda side: ctx.server.dsn_for(names[side]), due, samples)
+    records = _future_records(f"PG {version} (bench server)", stats)
+    if not mode.quick:
+        try:
+            extra_records, why = _pg15_future(due, samples)
+        except Exception as exc:  # the PG15 part is optional; the report says why it is missing
+            extra_records, why = [], f"PG15 part failed: {exc!r}"
+        records += extra_records
+        if why:
+            notes.append(why)
+    return RowResult(
+        key="latency.claim_vs_future",
+        title="claim latency vs future rows",
+        status="ok",
+        about="",
+        columns=list(records[0].keys()),
+        records=records,
+        notes=notes,
+        seconds=time.perf_counter() - started,
+    )

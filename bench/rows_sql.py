@@ -6,6 +6,7 @@ jobs/s and the ratio ours/floor.
 
 from __future__ import annotations
 
+import re
 import statistics
 import time
 from collections.abc import Callable
@@ -29,6 +30,9 @@ class Pair:
     per_tx: int  # jobs (or events) per pgbench transaction
     kind: Kind
     about: str
+    #: pgbench -D variables every client starts with (a loop that carries
+    #: the previous transaction's result starts from these).
+    defines: tuple[tuple[str, str], ...] = ()
 
 
 PAIRS: list[Pair] = [
@@ -70,6 +74,18 @@ PAIRS: list[Pair] = [
         "claim",
         "alk.claim(n => 100) then alk.ack_batch with the fencing tokens vs "
         "UPDATE ... WHERE id IN (SELECT ... FOR UPDATE SKIP LOCKED LIMIT 100) then one DELETE.",
+    ),
+    Pair(
+        "sql.settle_and_claim",
+        "settle_and_claim 10",
+        "alk_settle_and_claim_10.sql",
+        "floor_settle_and_claim_10.sql",
+        10,
+        "claim",
+        "A prefetching worker's loop: one alk.settle_and_claim per transaction acks the 10 jobs the previous call "
+        "claimed and claims the next 10 vs one statement that DELETEs the previous 10 and claims 10 with "
+        "UPDATE ... WHERE id IN (SELECT ... FOR UPDATE SKIP LOCKED LIMIT 10).",
+        defines=(("job_ids", "{}"), ("attempts", "{}")),
     ),
     Pair(
         "sql.publish_1",
@@ -133,7 +149,7 @@ def _prepare(
         return {"seconds": mode.enqueue_seconds}
     if pair.kind == "claim":
         pg.reset_tables(conn)
-        total = mode.claim1_jobs if pair.per_tx == 1 else mode.claim100_jobs
+        total = {1: mode.claim1_jobs, 10: mode.claim1_jobs * 10}.get(pair.per_tx, mode.claim100_jobs)
         per_client = max(1, total // (clients * pair.per_tx))
         backlog = per_client * clients * pair.per_tx
         if side == "ours":
@@ -141,7 +157,7 @@ def _prepare(
         else:
             pg.fill_floor(conn, backlog)
         pg.settle(conn, "alk.jobs" if side == "ours" else "alk_floor.jobs")
-        return {"transactions": per_client}
+        return {"transactions": per_client, "defines": dict(pair.defines)}
     # Streams: publishing appends (both tables grow alike, no reset needed);
     # reading needs a stream filled once per side.
     if pair.kind == "read" and side not in filled:
@@ -238,3 +254,158 @@ def _register(pair: Pair) -> None:
 
 for _pair in PAIRS:
     _register(_pair)
+
+
+# -- durable enqueue: pyalk's wake-ups vs the same enqueue with no NOTIFY ------
+
+DURABLE_CLIENTS = (8, 16)
+IDLE_WORKER = "bench-idle"
+
+#: The wake-up step of alk._enqueue_one as installed (the idle-advert check
+#: and its pg_notify); the scratch copies replace exactly this block (a
+#: changed definition fails the row loudly).
+WAKE_STEP = re.compile(r"IF pg_catalog\.current_setting\('transaction_isolation'\).*?END IF;", re.S)
+NOTIFY_STEP = "PERFORM pg_catalog.pg_notify(alk._queue_channel(p_queue), '');"
+ENQUEUE_SIGNATURE = "alk.enqueue(text, jsonb, bigint, bigint, bigint, bigint, bigint, bigint, bigint, bigint, text)"
+INNER_SIGNATURE = (
+    "alk._enqueue_one(text, jsonb, bigint, bigint, bigint, bigint, bigint, bigint, bigint, bigint, bigint, text)"
+)
+
+
+def install_enqueue_copies(conn: psycopg.Connection[Any]) -> None:
+    """alk_floor.enqueue_nowake and alk_floor.enqueue_notify: pyalk's own
+    alk.enqueue and alk._enqueue_one copied from the catalog, with the wake-up
+    step removed (no NOTIFY at all) or replaced by an unconditional
+    pg_notify (every enqueue notifies, as before 0009)."""
+    inner = _definition(conn, INNER_SIGNATURE)
+    outer = _definition(conn, ENQUEUE_SIGNATURE)
+    if len(WAKE_STEP.findall(inner)) != 1 or outer.count("alk._enqueue_one(") != 1:
+        raise RuntimeError("alk.enqueue changed shape: update bench/rows_sql.py's scratch copies")
+    for name, step in (("nowake", ""), ("notify", NOTIFY_STEP)):
+        body = inner.replace("FUNCTION alk._enqueue_one(", f"FUNCTION alk_floor._enqueue_one_{name}(", 1)
+        conn.execute(WAKE_STEP.sub(lambda _, step=step: step, body))  # type: ignore[arg-type,misc]
+        wrapper = outer.replace("FUNCTION alk.enqueue(", f"FUNCTION alk_floor.enqueue_{name}(", 1)
+        conn.execute(wrapper.replace("alk._enqueue_one(", f"alk_floor._enqueue_one_{name}("))  # type: ignore[arg-type]
+
+
+def _definition(conn: psycopg.Connection[Any], signature: str) -> str:
+    found = conn.execute("SELECT pg_get_functiondef(%s::regprocedure)", [signature]).fetchone()
+    assert found is not None
+    return str(found[0])
+
+
+class IdleWorker:
+    """A connection that waits idle as the protocol says (LISTEN, then the
+    advert of alk.wait_for_jobs) and drains its notifications in a thread so
+    the server's notification queue never backs up."""
+
+    def __init__(self, ctx: Context, db: str) -> None:
+        import threading
+
+        self.conn = pg.connect(ctx, db)
+        channel = self.conn.execute("SELECT alk.queue_channel(%s)", [pg.QUEUE]).fetchone()
+        assert channel is not None
+        self.conn.execute(f'LISTEN "{channel[0]}"')  # type: ignore[arg-type]
+        self.conn.execute("SELECT alk.wait_for_jobs(%s, %s)", [pg.QUEUE, IDLE_WORKER])
+        self.received = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._drain, daemon=True)
+        self._thread.start()
+
+    def _drain(self) -> None:
+        while not self._stop.is_set():
+            for _ in self.conn.notifies(timeout=0.2):
+                self.received += 1
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.conn.close()
+
+
+DURABLE_SIDES = {
+    "ours": "alk_enqueue_1.sql",
+    "no notify": "alk_enqueue_nowake_1.sql",
+    "always notify": "alk_enqueue_notify_1.sql",
+}
+
+
+@row(
+    "sql.enqueue_durable",
+    "sql",
+    "enqueue 1, durable commits",
+    "alk.enqueue per transaction with synchronous_commit on, at 8 and 16 clients, with no worker idle and with "
+    "one idle worker (LISTEN + alk.wait_for_jobs) vs the same enqueue copied with its wake-up step removed "
+    "(never NOTIFY); an always-notifying copy shows what the notify lock costs.",
+    requires=pg.has_function("alk.wait_for_jobs"),
+)
+def enqueue_durable(ctx: Context) -> RowResult:
+    import dataclasses
+
+    started = time.perf_counter()
+    mode = ctx.mode
+    durable = dataclasses.replace(ctx, session_options="-c synchronous_commit=on")
+    clients_list = DURABLE_CLIENTS if not mode.quick else (2,)
+    records: list[dict[str, Any]] = []
+    raw: list[dict[str, Any]] = []
+    ctx.progress.start("durable enqueue", total=len(clients_list) * 2 * len(DURABLE_SIDES) * mode.repeats)
+    with ctx.server.fresh_db("alk_bench_durable") as db, pg.connect(ctx, db) as conn:
+        install_enqueue_copies(conn)
+        settings = dict(
+            conn.execute(
+                "SELECT name, setting FROM pg_settings WHERE name IN ('fsync', 'synchronous_commit', 'wal_sync_method')"
+            ).fetchall()
+        )
+        for idle in (False, True):
+            worker = IdleWorker(ctx, db) if idle else None
+            try:
+                for clients in clients_list:
+                    measured: dict[str, list[float]] = {side: [] for side in DURABLE_SIDES}
+                    for rep in range(mode.repeats):
+                        sides = list(DURABLE_SIDES)
+                        order = sides if rep % 2 == 0 else sides[::-1]
+                        for side in order:
+                            pg.reset_tables(conn)
+                            pg.settle(conn, "alk.jobs")
+                            result = pg.pgbench(
+                                durable, db, DURABLE_SIDES[side], clients, seconds=mode.enqueue_seconds
+                            )
+                            measured[side].append(result.tps)
+                            raw.append({"clients": clients, "idle": idle, "side": side, "rep": rep, **result.__dict__})
+                            ctx.progress.advance()
+                    ours, bare, always = (statistics.median(measured[s]) for s in DURABLE_SIDES)
+                    records.append(
+                        {
+                            "clients": clients,
+                            "idle worker": "yes" if idle else "no",
+                            "ours jobs/s": round(ours, 1),
+                            "no-notify jobs/s": round(bare, 1),
+                            "ours/no-notify": round(ours / bare, 3) if bare else None,
+                            "always-notify jobs/s": round(always, 1),
+                            "always/no-notify": round(always / bare, 3) if bare else None,
+                        }
+                    )
+            finally:
+                notified = worker.received if worker else 0
+                if worker:
+                    worker.close()
+    notes = [
+        f"Durable commits: measured sessions run with synchronous_commit=on; server fsync={settings.get('fsync')}, "
+        f"wal_sync_method={settings.get('wal_sync_method')}. pgbench -T {mode.enqueue_seconds:g} per side, "
+        f"{mode.repeats} repeat(s), medians; the sides alternate.",
+        "no notify / always notify: alk.enqueue and alk._enqueue_one copied from the installed catalog into "
+        "alk_floor, with the idle-advert check and its pg_notify removed or replaced by an unconditional pg_notify.",
+        f"The idle worker received {notified} notifications (it never claims, so it stays advertised: every "
+        "enqueue in that run sees the advert and notifies, by design).",
+    ]
+    return RowResult(
+        key="sql.enqueue_durable",
+        title="enqueue 1, durable commits",
+        status="ok",
+        about="",
+        columns=list(records[0].keys()),
+        records=records,
+        notes=notes,
+        extra={"pgbench": raw, "settings": settings},
+        seconds=time.perf_counter() - started,
+    )
