@@ -54,7 +54,7 @@ from pyalk import (
 )
 from pyalk.cli_dashboard import add_commands, add_worker_option, worker_observer
 from pyalk.cli_schedule import Shared, add_schedule_commands
-from pyalk.errors import AlkError
+from pyalk.errors import AlkError, server_busy
 from pyalk.install import install_script, versions
 from pyalk.router import router_install
 from pyalk.tasks import Task as TaskDefinition
@@ -416,13 +416,6 @@ def _worker_display(worker: Worker | AsyncWorker, args: argparse.Namespace) -> I
         yield
 
 
-def _no_free_slot(error: psycopg.OperationalError) -> bool:
-    """Whether a connection failed for want of a slot (SQLSTATE 53300); a
-    failed connect often carries the message only."""
-    text = str(error)
-    return error.sqlstate == "53300" or "too many clients" in text or "remaining connection slots" in text
-
-
 def cmd_worker(args: argparse.Namespace, console: Console) -> None:
     handler = _worker_handler(_import(args.target, "the handler"), args)
     fail_on: list[type[BaseException]] = [PermanentError]
@@ -435,7 +428,7 @@ def cmd_worker(args: argparse.Namespace, console: Console) -> None:
     try:
         _check_before_working(dsn, args.queue)
     except psycopg.OperationalError as error:
-        if not _no_free_slot(error):
+        if not server_busy(error):
             raise
         # Reachable but full (53300): like after a restart, the worker waits for a slot.
         print("warning: every connection slot of the server is taken (too many clients); the worker retries "

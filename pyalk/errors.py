@@ -82,6 +82,16 @@ BY_SQLSTATE: dict[str, type[AlkError]] = {
 }
 
 
+def server_busy(error: psycopg.OperationalError) -> bool:
+    """Whether a connection was refused for want of a free slot (SQLSTATE
+    53300) or while the server starts or stops (57P03): transient, unlike a
+    bad conninfo. A failed connect often carries the message only."""
+    text = str(error)
+    return error.sqlstate in {"53300", "57P03"} or any(
+        phrase in text for phrase in ("too many clients", "remaining connection slots", "is starting up",
+                                      "is shutting down"))
+
+
 def translate(error: psycopg.Error) -> Exception:
     """The pyalk exception for a server error, or the error itself."""
     cls = BY_SQLSTATE.get(error.sqlstate or "")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import getpass
+import logging
 import os
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
@@ -25,12 +26,15 @@ from psycopg_pool import AsyncConnectionPool
 
 from pyalk import compat
 from pyalk._async.pool import AsyncReconnectingPool
-from pyalk.errors import ClaimInTransaction, ConnectError, InvalidArgument, translate
+from pyalk.backoff import Backoff
+from pyalk.errors import ClaimInTransaction, ConnectError, InvalidArgument, server_busy, translate
 
 if TYPE_CHECKING:
     from typing import LiteralString
 
 Source = str | AsyncConnectionPool | AsyncConnection
+
+logger = logging.getLogger("pyalk")
 
 #: Seconds a connection attempt may take when neither the conninfo nor the
 #: caller says (libpq's own default is to wait for ever).
@@ -189,10 +193,18 @@ class AsyncExecutor:
         check the schema on that connection while it is open."""
         conninfo, kwargs = pool.conninfo, pool.kwargs or {}
         assert isinstance(conninfo, str) and isinstance(kwargs, dict)
-        try:
-            probe = await AsyncConnection.connect(conninfo, **kwargs)
-        except psycopg.OperationalError as error:
-            raise connect_error(conninfo, error) from error
+        backoff = Backoff(0.05, 0.5)
+        while True:
+            try:
+                probe = await AsyncConnection.connect(conninfo, **kwargs)
+                break
+            except psycopg.OperationalError as error:
+                if not server_busy(error):
+                    raise connect_error(conninfo, error) from error
+                # Reachable but full or restarting: wait as after a restart.
+                pause = backoff.next()
+                logger.warning("%s; retrying in %.2fs", connect_error(conninfo, error), pause)
+                await asyncio.sleep(pause)
         try:
             if not self._schema_checked:
                 await self._check_schema(probe)

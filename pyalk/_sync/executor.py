@@ -14,6 +14,7 @@ from __future__ import annotations
 import threading
 import time
 import getpass
+import logging
 import os
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -27,12 +28,15 @@ from psycopg_pool import ConnectionPool
 
 from pyalk import compat
 from pyalk._sync.pool import ReconnectingPool
-from pyalk.errors import ClaimInTransaction, ConnectError, InvalidArgument, translate
+from pyalk.backoff import Backoff
+from pyalk.errors import ClaimInTransaction, ConnectError, InvalidArgument, server_busy, translate
 
 if TYPE_CHECKING:
     from typing import LiteralString
 
 Source = str | ConnectionPool | Connection
+
+logger = logging.getLogger("pyalk")
 
 #: Seconds a connection attempt may take when neither the conninfo nor the
 #: caller says (libpq's own default is to wait for ever).
@@ -191,10 +195,18 @@ class Executor:
         check the schema on that connection while it is open."""
         conninfo, kwargs = pool.conninfo, pool.kwargs or {}
         assert isinstance(conninfo, str) and isinstance(kwargs, dict)
-        try:
-            probe = Connection.connect(conninfo, **kwargs)
-        except psycopg.OperationalError as error:
-            raise connect_error(conninfo, error) from error
+        backoff = Backoff(0.05, 0.5)
+        while True:
+            try:
+                probe = Connection.connect(conninfo, **kwargs)
+                break
+            except psycopg.OperationalError as error:
+                if not server_busy(error):
+                    raise connect_error(conninfo, error) from error
+                # Reachable but full or restarting: wait as after a restart.
+                pause = backoff.next()
+                logger.warning("%s; retrying in %.2fs", connect_error(conninfo, error), pause)
+                time.sleep(pause)
         try:
             if not self._schema_checked:
                 self._check_schema(probe)

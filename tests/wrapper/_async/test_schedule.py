@@ -464,7 +464,8 @@ async def test_the_loop_survives_its_connections_being_terminated(alk, db, recor
         assert killed >= 1
         after = server_now(db)
         until(lambda: any(p["fire_at"] > after for _, p in jobs(db, "beats")), "a boundary fired after the kill")
-        records.wait_for("survivor", "database unavailable")  # it did meet the error, and retried
+        # No "database unavailable" is needed: the pool drops a terminated idle
+        # connection at checkout (pyalk/_async/pool.py), so the loop never meets it.
 
     driver = Driver(drive, stop.cancel)
     await alk.schedules.run(stop, owner="survivor", lease_ttl=600, poll_interval=0.5)
