@@ -84,6 +84,10 @@ SETTLE_BATCH_MAX = 1000
 PREFETCH = 500
 #: Default seconds an outcome waits for others before it is flushed alone.
 SETTLE_INTERVAL = 0.005
+#: Claim round trips' worth of jobs (at the start rate) held ahead.
+ROUND_TRIPS_AHEAD = 4
+#: Jobs a runner starts back to back before it lets the other loops in.
+YIELD_EVERY = 16
 #: The first and the longest pause between polls of an idle advert's fence.
 FENCE_POLL = (0.001, 0.1)
 
@@ -210,6 +214,7 @@ class AsyncWorker:
         self._buffer: deque[tuple[AsyncJobHandle, float, float]] = deque()
         self._unstarted: list[Job] = []  # to release: waited too long, or popped at a stop
         self._rate = 0.0  # jobs started per second (moving average): sizes the claims
+        self._round_trip = 0.0  # seconds one settle-and-claim call takes (moving average): sizes them too
         self._drained = False  # the last claim came back short: refill on a wake-up, not at half a buffer
         self._advertised = False  # idle advert in place (alk.wait_for_jobs)
         self._debug = False
@@ -349,11 +354,18 @@ class AsyncWorker:
     # claiming --------------------------------------------------------------
 
     def _target(self) -> int:
-        """How many jobs to hold claimed ahead: what the runners start in half
-        a buffer lifetime at the measured rate, at least one per runner, at
-        most ``prefetch`` beyond them."""
+        """How many jobs to hold claimed ahead: what the runners start, at the
+        measured rate, in a few claim round trips (enough to refill at half
+        before the buffer runs dry) or in half a buffer lifetime, whichever
+        is less; at least one per runner, at most ``prefetch`` beyond them.
+
+        Not more: every job held is a row of this worker's in the processing
+        state, and the server's cost of settling each outcome grows with how
+        many are held (measured: settle time per job about 3x at 500 held as
+        at 150), so a buffer deeper than the claim latency needs only slows
+        the queue down."""
         lifetime = min(self.buffer_lifetime, 150.0)
-        ahead = math.ceil(self._rate * lifetime / 2)
+        ahead = math.ceil(self._rate * min(lifetime / 2, max(self._round_trip, 0.001) * ROUND_TRIPS_AHEAD))
         return max(self.concurrency, min(ahead, self.prefetch))
 
     def _wanted(self) -> int:
@@ -446,6 +458,8 @@ class AsyncWorker:
         except BaseException:
             self._settler.give_back(outcomes)
             raise
+        took = time.monotonic() - sent
+        self._round_trip = took if self._round_trip == 0 else (self._round_trip * 3 + took) / 4
         if outcomes:
             self._settled(outcomes, states)
         if handles:
@@ -538,6 +552,7 @@ class AsyncWorker:
         """One of ``concurrency``: start buffered jobs one after the other
         until the worker stops claiming."""
         buffer = self._buffer
+        started = 0
         while self._life.state is WorkerState.RUNNING:
             try:
                 handle, claimed, start_by = buffer.popleft()
@@ -556,7 +571,12 @@ class AsyncWorker:
                 self._wake.set()
                 continue
             await self._process(handle, claimed, now)
-            await AsyncRuntime.sleep(0)  # let the claim loop and the settler in between jobs
+            started += 1
+            # Let the claim loop, the settler and the other runners in: at
+            # once when a refill is due, else every few jobs (a yield per job
+            # was a loop iteration per job, most of a no-op job's cost).
+            if started % YIELD_EVERY == 0 or self._wake.is_set():
+                await AsyncRuntime.sleep(0)
 
     async def _process(self, handle: AsyncJobHandle, claimed: float, now: float) -> None:
         job = handle.job
@@ -564,7 +584,8 @@ class AsyncWorker:
         running = Running(handle, started=now, interval=interval,
                           next_beat=claimed + interval if self.heartbeat else math.inf)
         self._in_flight.add(running)
-        self._count(claimed=1)
+        with self._counts_lock:
+            self.counts.claimed += 1
         if running.next_beat < now + self.poll_interval:
             self._heartbeater.poke()
         debug = self._debug
