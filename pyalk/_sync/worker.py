@@ -85,8 +85,6 @@ SETTLE_BATCH_MAX = 1000
 PREFETCH = 500
 #: Default seconds an outcome waits for others before it is flushed alone.
 SETTLE_INTERVAL = 0.005
-#: Claim round trips' worth of jobs (at the start rate) held ahead.
-ROUND_TRIPS_AHEAD = 4
 #: Jobs a runner starts back to back before it lets the other loops in.
 YIELD_EVERY = 16
 #: The first and the longest pause between polls of an idle advert's fence.
@@ -96,14 +94,15 @@ FENCE_POLL = (0.001, 0.1)
 
 
 class _InFlight:
-    """The jobs whose handlers are running, by claim. ``changed`` is set
-    whenever one leaves (and on every stop transition): a full claim loop and
-    a draining shutdown wait on it."""
+    """The jobs whose handlers are running, by claim. ``changed`` is set on
+    every stop transition and, once ``watched`` (a draining shutdown waits on
+    it), whenever one leaves; not before, which saves an event set per job."""
 
     def __init__(self) -> None:
         self._jobs: dict[tuple[int, int], Running] = {}
         self._lock = threading.Lock()
         self.changed = Event()
+        self.watched = False
 
     def __len__(self) -> int:
         return len(self._jobs)
@@ -115,7 +114,8 @@ class _InFlight:
     def remove(self, running: Running) -> None:
         with self._lock:
             self._jobs.pop(running.key, None)
-        self.changed.set()
+        if self.watched:  # set before the watcher's count: a leave after it is seen
+            self.changed.set()
 
     def jobs(self) -> list[Running]:
         with self._lock:
@@ -215,7 +215,6 @@ class Worker:
         self._buffer: deque[tuple[JobHandle, float, float]] = deque()
         self._unstarted: list[Job] = []  # to release: waited too long, or popped at a stop
         self._rate = 0.0  # jobs started per second (moving average): sizes the claims
-        self._round_trip = 0.0  # seconds one settle-and-claim call takes (moving average): sizes them too
         self._drained = False  # the last claim came back short: refill on a wake-up, not at half a buffer
         self._advertised = False  # idle advert in place (alk.wait_for_jobs)
         self._debug = False
@@ -355,18 +354,11 @@ class Worker:
     # claiming --------------------------------------------------------------
 
     def _target(self) -> int:
-        """How many jobs to hold claimed ahead: what the runners start, at the
-        measured rate, in a few claim round trips (enough to refill at half
-        before the buffer runs dry) or in half a buffer lifetime, whichever
-        is less; at least one per runner, at most ``prefetch`` beyond them.
-
-        Not more: every job held is a row of this worker's in the processing
-        state, and the server's cost of settling each outcome grows with how
-        many are held (measured: settle time per job about 3x at 500 held as
-        at 150), so a buffer deeper than the claim latency needs only slows
-        the queue down."""
+        """How many jobs to hold claimed ahead: what the runners start in half
+        a buffer lifetime at the measured rate, at least one per runner, at
+        most ``prefetch`` beyond them."""
         lifetime = min(self.buffer_lifetime, 150.0)
-        ahead = math.ceil(self._rate * min(lifetime / 2, max(self._round_trip, 0.001) * ROUND_TRIPS_AHEAD))
+        ahead = math.ceil(self._rate * lifetime / 2)
         return max(self.concurrency, min(ahead, self.prefetch))
 
     def _wanted(self) -> int:
@@ -459,8 +451,6 @@ class Worker:
         except BaseException:
             self._settler.give_back(outcomes)
             raise
-        took = time.monotonic() - sent
-        self._round_trip = took if self._round_trip == 0 else (self._round_trip * 3 + took) / 4
         if outcomes:
             self._settled(outcomes, states)
         if handles:
@@ -611,8 +601,8 @@ class Worker:
                 self._settler.add(Outcome(handle, "fail" if failed else "retry", error_text(error), error, duration))
         finally:
             self._in_flight.remove(running)
-            if self.burst:
-                self._wake.set()
+            if self.burst and not self._buffer:
+                self._wake.set()  # maybe the last: the claim loop looks whether the burst is over
 
     # settlement ----------------------------------------------------------------
 
@@ -664,6 +654,7 @@ class Worker:
         if self._advertised:
             with contextlib.suppress(*TRANSIENT_ERRORS):  # the advert dies with its session
                 self._retire()
+        self._in_flight.watched = True
         waiting = len(self._in_flight)
         if waiting:
             logger.info("stopping: waiting up to %.1fs for %d running jobs", grace, waiting, extra=self._fields())
