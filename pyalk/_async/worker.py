@@ -566,7 +566,7 @@ class AsyncWorker:
             # once when a refill is due, else every few jobs (a yield per job
             # was a loop iteration per job, most of a no-op job's cost).
             if started % YIELD_EVERY == 0 or self._wake.is_set():
-                await AsyncRuntime.sleep(0)
+                await AsyncRuntime.yield_now()
 
     async def _process(self, handle: AsyncJobHandle, claimed: float, now: float) -> None:
         job = handle.job

@@ -567,7 +567,7 @@ class Worker:
             # once when a refill is due, else every few jobs (a yield per job
             # was a loop iteration per job, most of a no-op job's cost).
             if started % YIELD_EVERY == 0 or self._wake.is_set():
-                Runtime.sleep(0)
+                Runtime.yield_now()
 
     def _process(self, handle: JobHandle, claimed: float, now: float) -> None:
         job = handle.job
