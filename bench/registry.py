@@ -36,6 +36,8 @@ class Mode:
     xmin_seconds: float
     e2e_jobs: int
     e2e_concurrency: tuple[int, ...]
+    #: The memory row: a worker's RSS after the first and after the last of these many jobs.
+    memory_jobs: tuple[int, int]
     stream_events: int
     wake_samples: int  # fresh wake-ups timed per listener (wake and stream tail latency)
     replay_events: int  # events in the stream the replay reads end to end
@@ -58,6 +60,7 @@ QUICK = Mode(
     xmin_seconds=2.0,
     e2e_jobs=200,
     e2e_concurrency=(1, 10),
+    memory_jobs=(2_000, 20_000),
     stream_events=2_000,
     wake_samples=30,
     replay_events=5_000,
@@ -76,6 +79,7 @@ FULL = Mode(
     xmin_seconds=60.0,
     e2e_jobs=3_000,
     e2e_concurrency=(1, 10),
+    memory_jobs=(10_000, 1_000_000),
     stream_events=50_000,
     wake_samples=300,
     replay_events=100_000,

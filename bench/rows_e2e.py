@@ -148,3 +148,51 @@ def e2e_process(ctx: Context) -> RowResult:
         extra={"raw": results, "pyalk_variants": variants},
         seconds=time.perf_counter() - started,
     )
+
+
+@row(
+    "e2e.memory",
+    "e2e",
+    "worker memory: RSS after the first jobs vs after many",
+    "One burst pyalk worker (each form, concurrency 10, defaults) processes N no-op jobs enqueued ahead; "
+    "its resident set is read (/proc/self/statm) when the handler has run the first checkpoint's count and "
+    "again at N. Target: RSS at N within 1.2x of RSS at the first checkpoint (no per-job growth).",
+    requires=lambda ctx: pyalk_worker.missing(),
+)
+def e2e_memory(ctx: Context) -> RowResult:
+    started = time.perf_counter()
+    first, last = ctx.mode.memory_jobs
+    ctx.progress.start("worker memory", total=len(pyalk_worker.VARIANTS))
+    records: list[dict[str, Any]] = []
+    notes: list[str] = []
+    raw: list[dict[str, Any]] = []
+    for variant in pyalk_worker.VARIANTS:
+        ctx.progress.note(f"pyalk ({variant}): RSS after {first:,} and {last:,} jobs")
+        env = {"ALK_BENCH_PYALK_VARIANT": variant, "ALK_BENCH_PYALK_RSS_AT": f"{first},{last}"}
+        r = run_peer(ctx, "pyalk", last, 10, env=env)
+        ctx.progress.advance()
+        raw.append(r)
+        rss = {int(k): v for k, v in r.get("measures", {}).get("rss_kib_after", {}).items()}
+        if first in rss and last in rss:
+            ratio = rss[last] / rss[first]
+            records.append({
+                "worker": variant,
+                f"RSS MiB after {first:,}": round(rss[first] / 1024, 1),
+                f"RSS MiB after {last:,}": round(rss[last] / 1024, 1),
+                "ratio": round(ratio, 3),
+                "status": "ok" if ratio <= 1.2 else "over target",
+            })
+        else:
+            records.append({"worker": variant, "status": "error"})
+            notes.append(f"pyalk ({variant}) failed: {r.get('error', r.get('unavailable', r))!s:.300}")
+    notes.append(f"N = {last:,} jobs per worker form, enqueued ahead with enqueue_batch; concurrency 10.")
+    return RowResult(
+        key="e2e.memory",
+        title="worker memory: RSS after the first jobs vs after many",
+        status="ok" if all(rec["status"] != "error" for rec in records) else "error",
+        columns=["worker", f"RSS MiB after {first:,}", f"RSS MiB after {last:,}", "ratio", "status"],
+        records=records,
+        notes=notes,
+        extra={"raw": raw},
+        seconds=time.perf_counter() - started,
+    )

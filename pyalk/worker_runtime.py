@@ -133,6 +133,11 @@ class AsyncRuntime:
         await asyncio.sleep(seconds)
 
     @staticmethod
+    async def yield_now() -> None:
+        """Let the other tasks of the loop run (a task is never preempted)."""
+        await asyncio.sleep(0)
+
+    @staticmethod
     def check_handler(handler: Callable[..., Any]) -> None:
         call = getattr(handler, "__call__", None)  # noqa: B004 - an async __call__ counts
         if not (inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(call)):
@@ -164,6 +169,12 @@ class Runtime:
     @staticmethod
     def sleep(seconds: float) -> None:
         time.sleep(seconds)
+
+    @staticmethod
+    def yield_now() -> None:
+        """Nothing: the interpreter switches threads by itself, and a
+        time.sleep(0) here gave the GIL away for up to a switch interval
+        (5 ms) per call (profiled: 30% of a threaded runner's time)."""
 
     @staticmethod
     def check_handler(handler: Callable[..., Any]) -> None:

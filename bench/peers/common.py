@@ -28,6 +28,8 @@ class PeerResult:
     process_s: float
     settings: dict[str, Any] = field(default_factory=dict)
     processed: int = 0
+    #: Anything else the runner measured (the memory row's RSS by job count).
+    measures: dict[str, Any] = field(default_factory=dict)
 
     @property
     def jobs_per_s(self) -> float:

@@ -32,7 +32,8 @@ import os
 import sys
 import threading
 import time
-from importlib.metadata import version
+import tomllib
+from pathlib import Path
 from typing import Any
 
 from bench.peers.common import CHUNK, Args, Countdown, PeerResult, PeerUnavailable, main
@@ -75,11 +76,25 @@ def worker_options(concurrency: int) -> dict[str, Any]:
     }
 
 
-class _ThreadCountdown(Countdown):
+class _RssCountdown(Countdown):
+    """A Countdown that records the RSS when the count reaches a checkpoint."""
+
+    def __init__(self, total: int, checkpoints: frozenset[int]) -> None:
+        super().__init__(total)
+        self.checkpoints = checkpoints
+        self.rss_kib: dict[int, int] = {}
+
+    def tick(self) -> None:
+        super().tick()
+        if self.count in self.checkpoints:
+            self.rss_kib[self.count] = _rss_kib()
+
+
+class _ThreadCountdown(_RssCountdown):
     """A Countdown ticked from handler threads."""
 
-    def __init__(self, total: int) -> None:
-        super().__init__(total)
+    def __init__(self, total: int, checkpoints: frozenset[int]) -> None:
+        super().__init__(total, checkpoints)
         self._lock = threading.Lock()
 
     def tick(self) -> None:
@@ -87,6 +102,8 @@ class _ThreadCountdown(Countdown):
             self.count += 1
             if self.count >= self.total and self.finished is None:
                 self.finished = time.perf_counter()
+            if self.count in self.checkpoints:
+                self.rss_kib[self.count] = _rss_kib()
 
 
 async def _enqueue(args: Args) -> float:
@@ -100,10 +117,10 @@ async def _enqueue(args: Args) -> float:
         return time.perf_counter() - t0
 
 
-async def _process_async(args: Args) -> Countdown:
+async def _process_async(args: Args, checkpoints: frozenset[int]) -> _RssCountdown:
     from pyalk import AsyncAlk, AsyncJobHandle
 
-    countdown = Countdown(args.jobs)
+    countdown = _RssCountdown(args.jobs, checkpoints)
 
     async def noop(job: AsyncJobHandle) -> None:
         countdown.tick()
@@ -115,10 +132,10 @@ async def _process_async(args: Args) -> Countdown:
     return countdown
 
 
-def _process_threaded(args: Args) -> Countdown:
+def _process_threaded(args: Args, checkpoints: frozenset[int]) -> _RssCountdown:
     from pyalk import Alk, JobHandle
 
-    countdown = _ThreadCountdown(args.jobs)
+    countdown = _ThreadCountdown(args.jobs, checkpoints)
 
     def noop(job: JobHandle) -> None:
         countdown.tick()
@@ -138,12 +155,16 @@ async def run(args: Args) -> PeerResult:
     if variant not in VARIANTS:
         raise ValueError(f"ALK_BENCH_PYALK_VARIANT must be one of {VARIANTS}, got {variant!r}")
     enqueue_s = await _enqueue(args)
-    countdown = await _process_async(args) if variant == "async" else _process_threaded(args)
+    checkpoints = _memory_checkpoints()
+    if variant == "async":
+        countdown = await _process_async(args, checkpoints)
+    else:
+        countdown = _process_threaded(args, checkpoints)
     if countdown.count < args.jobs:
         raise RuntimeError(f"the burst worker returned after {countdown.count} of {args.jobs} jobs")
     return PeerResult(
         peer="pyalk",
-        version=version("pyalk"),
+        version=_pyalk_version(),
         jobs=args.jobs,
         concurrency=args.concurrency,
         enqueue_s=enqueue_s,
@@ -155,7 +176,28 @@ async def run(args: Args) -> PeerResult:
             "tuning": "none: pyalk defaults (prefetch 500, batched settlement)",
             **{k: v for k, v in worker_options(args.concurrency).items() if k != "handle_signals"},
         },
+        measures={"rss_kib_after": countdown.rss_kib} if checkpoints else {},
     )
+
+
+def _pyalk_version() -> str:
+    """The version of the pyalk measured: the source tree's (the peers' Python
+    imports it from the checkout and has no installed pyalk to ask)."""
+    import pyalk
+
+    return str(tomllib.loads((Path(pyalk.__file__).parents[1] / "pyproject.toml").read_text())["project"]["version"])
+
+
+def _memory_checkpoints() -> frozenset[int]:
+    """ALK_BENCH_PYALK_RSS_AT ("10000,1000000"): handler counts at which the
+    memory row records the worker's RSS."""
+    return frozenset(int(n) for n in os.environ.get("ALK_BENCH_PYALK_RSS_AT", "").split(",") if n.strip())
+
+
+def _rss_kib() -> int:
+    """The process's resident set now (not its peak), in KiB."""
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") // 1024
 
 
 # -- the listening side of the latency rows --------------------------------------

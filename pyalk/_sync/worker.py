@@ -85,6 +85,8 @@ SETTLE_BATCH_MAX = 1000
 PREFETCH = 500
 #: Default seconds an outcome waits for others before it is flushed alone.
 SETTLE_INTERVAL = 0.005
+#: Jobs a runner starts back to back before it lets the other loops in.
+YIELD_EVERY = 16
 #: The first and the longest pause between polls of an idle advert's fence.
 FENCE_POLL = (0.001, 0.1)
 
@@ -92,14 +94,15 @@ FENCE_POLL = (0.001, 0.1)
 
 
 class _InFlight:
-    """The jobs whose handlers are running, by claim. ``changed`` is set
-    whenever one leaves (and on every stop transition): a full claim loop and
-    a draining shutdown wait on it."""
+    """The jobs whose handlers are running, by claim. ``changed`` is set on
+    every stop transition and, once ``watched`` (a draining shutdown waits on
+    it), whenever one leaves; not before, which saves an event set per job."""
 
     def __init__(self) -> None:
         self._jobs: dict[tuple[int, int], Running] = {}
         self._lock = threading.Lock()
         self.changed = Event()
+        self.watched = False
 
     def __len__(self) -> int:
         return len(self._jobs)
@@ -111,7 +114,8 @@ class _InFlight:
     def remove(self, running: Running) -> None:
         with self._lock:
             self._jobs.pop(running.key, None)
-        self.changed.set()
+        if self.watched:  # set before the watcher's count: a leave after it is seen
+            self.changed.set()
 
     def jobs(self) -> list[Running]:
         with self._lock:
@@ -539,6 +543,7 @@ class Worker:
         """One of ``concurrency``: start buffered jobs one after the other
         until the worker stops claiming."""
         buffer = self._buffer
+        started = 0
         while self._life.state is WorkerState.RUNNING:
             try:
                 handle, claimed, start_by = buffer.popleft()
@@ -557,7 +562,12 @@ class Worker:
                 self._wake.set()
                 continue
             self._process(handle, claimed, now)
-            Runtime.sleep(0)  # let the claim loop and the settler in between jobs
+            started += 1
+            # Let the claim loop, the settler and the other runners in: at
+            # once when a refill is due, else every few jobs (a yield per job
+            # was a loop iteration per job, most of a no-op job's cost).
+            if started % YIELD_EVERY == 0 or self._wake.is_set():
+                Runtime.yield_now()
 
     def _process(self, handle: JobHandle, claimed: float, now: float) -> None:
         job = handle.job
@@ -565,7 +575,8 @@ class Worker:
         running = Running(handle, started=now, interval=interval,
                           next_beat=claimed + interval if self.heartbeat else math.inf)
         self._in_flight.add(running)
-        self._count(claimed=1)
+        with self._counts_lock:
+            self.counts.claimed += 1
         if running.next_beat < now + self.poll_interval:
             self._heartbeater.poke()
         debug = self._debug
@@ -590,8 +601,8 @@ class Worker:
                 self._settler.add(Outcome(handle, "fail" if failed else "retry", error_text(error), error, duration))
         finally:
             self._in_flight.remove(running)
-            if self.burst:
-                self._wake.set()
+            if self.burst and not self._buffer:
+                self._wake.set()  # maybe the last: the claim loop looks whether the burst is over
 
     # settlement ----------------------------------------------------------------
 
@@ -643,6 +654,7 @@ class Worker:
         if self._advertised:
             with contextlib.suppress(*TRANSIENT_ERRORS):  # the advert dies with its session
                 self._retire()
+        self._in_flight.watched = True
         waiting = len(self._in_flight)
         if waiting:
             logger.info("stopping: waiting up to %.1fs for %d running jobs", grace, waiting, extra=self._fields())

@@ -31,6 +31,7 @@ TINY = dataclasses.replace(
     stream_events=300,
     wake_samples=5,
     replay_events=500,
+    memory_jobs=(100, 600),
 )
 
 
@@ -118,7 +119,14 @@ def test_wake_and_stream_rows_run(bench_ctx: Context) -> None:
 def test_pyalk_worker_runner_processes_every_job(bench_ctx: Context, variant: str) -> None:
     result = rows_e2e.run_peer(bench_ctx, "pyalk", 50, 2, env={"ALK_BENCH_PYALK_VARIANT": variant})
     assert result.get("processed") == 50, result
-    assert result["settings"]["listen"] is False
+    assert result["settings"]["tuning"].startswith("none")  # pyalk runs with its defaults (it listens)
+
+
+def test_memory_row_reads_the_rss_of_each_worker_form(bench_ctx: Context) -> None:
+    (memory,) = _run(bench_ctx, "e2e.memory")
+    assert [rec["worker"] for rec in memory.records] == list(pyalk_worker.VARIANTS)
+    for rec in memory.records:
+        assert rec["RSS MiB after 100"] > 0 and rec["RSS MiB after 600"] > 0 and rec["ratio"] > 0
 
 
 def test_a_missing_mechanism_is_pending_not_an_error(bench_ctx: Context) -> None:
