@@ -214,6 +214,7 @@ class AsyncWorker:
         self._buffer: deque[tuple[AsyncJobHandle, float, float]] = deque()
         self._unstarted: list[Job] = []  # to release: waited too long, or popped at a stop
         self._rate = 0.0  # jobs started per second (moving average): sizes the claims
+        self._window = math.inf  # seconds a claimed job may wait to start (the last claim's leases)
         self._drained = False  # the last claim came back short: refill on a wake-up, not at half a buffer
         self._advertised = False  # idle advert in place (alk.wait_for_jobs)
         self._debug = False
@@ -353,11 +354,12 @@ class AsyncWorker:
     # claiming --------------------------------------------------------------
 
     def _target(self) -> int:
-        """How many jobs to hold claimed ahead: what the runners start in half
-        a buffer lifetime at the measured rate, at least one per runner, at
-        most ``prefetch`` beyond them."""
-        lifetime = min(self.buffer_lifetime, 150.0)
-        ahead = math.ceil(self._rate * lifetime / 2)
+        """How many jobs to hold claimed ahead: what the runners start at the
+        measured rate in half a buffer lifetime or within the leases' start
+        window, whichever is shorter (more would be claimed only to be
+        released), at least one per runner, at most ``prefetch`` beyond them."""
+        horizon = min(self.buffer_lifetime, 150.0) / 2
+        ahead = math.ceil(self._rate * min(horizon, self._window))
         return max(self.concurrency, min(ahead, self.prefetch))
 
     def _wanted(self) -> int:
@@ -456,7 +458,9 @@ class AsyncWorker:
             buffer = self._buffer
             lifetime = self.buffer_lifetime
             for handle in handles:
-                buffer.append((handle, sent, sent + min(lifetime, _lease_margin(handle.job.visibility_timeout_s))))
+                window = _lease_margin(handle.job.visibility_timeout_s)
+                self._window = window
+                buffer.append((handle, sent, sent + min(lifetime, window)))
             self._filled.set()
         return handles
 

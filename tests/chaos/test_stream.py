@@ -21,7 +21,8 @@ from tests.chaos.harness import ROOT
 from tests.chaos.servers import until
 
 PUBLISHERS = 4
-EVENTS = 150  # per publisher
+EVENTS = 150  # per publisher, at least: they publish until the kills are over
+EVENTS_MAX = 3000  # per publisher: a bound on the run
 
 
 def spawn_subscriber(dsn: str, log: Path) -> subprocess.Popen[bytes]:
@@ -38,12 +39,15 @@ def test_stream_subscribers_killed_under_concurrent_publishers(chaos_dsn, tmp_pa
     published: list[int] = []
     guard = threading.Lock()
     stop = threading.Event()
+    kills_over = threading.Event()
     checkpoints: list[int] = []
 
     def publish(which: int) -> None:
         with Alk(chaos_dsn) as alk:
             stream = alk.stream("s")
-            for i in range(EVENTS):
+            for i in range(EVENTS_MAX):
+                if i >= EVENTS and kills_over.is_set():
+                    break
                 offset = stream.publish({"p": which, "i": i}, key=f"k{which}")
                 with guard:
                     published.append(offset)  # acknowledged by the server
@@ -78,6 +82,7 @@ def test_stream_subscribers_killed_under_concurrent_publishers(chaos_dsn, tmp_pa
                   "the restarted subscriber's first event")
             recoveries.append(round(min(line["at"] for line in lines(log)
                                         if line.get("run") == pid and "offset" in line) - killed_at, 3))
+        kills_over.set()
         for thread in publishers:
             thread.join(120)
         final = max(published)
