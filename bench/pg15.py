@@ -19,11 +19,12 @@ PLPROXY = Path("/usr/lib/postgresql/15/lib/plproxy.so")
 PORT = 5415
 
 
-def missing() -> str | None:
-    """Why the router tests cannot run here, or None."""
+def missing(*, plproxy: bool = True) -> str | None:
+    """Why a PostgreSQL 15 server (with PL/Proxy, unless ``plproxy`` is
+    false) cannot run here, or None."""
     if not (BIN / "postgres").exists():
         return f"PostgreSQL 15 is not installed ({BIN}): apt-get install postgresql-15"
-    if not PLPROXY.exists():
+    if plproxy and not PLPROXY.exists():
         return f"PL/Proxy for PostgreSQL 15 is not installed ({PLPROXY}): apt-get install postgresql-15-plproxy"
     if os.geteuid() == 0:
         try:

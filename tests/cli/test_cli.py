@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import io
 import json
-import logging
 import os
 import shutil
 import subprocess
@@ -19,9 +18,9 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from pyalk.cli import main
 from pyalk.install import head
 from tests.cli import handlers
+from tests.cli.cli_run import logging_restored, one_error_line, run
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -32,22 +31,8 @@ def no_ambient_database(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     makes (it owns the process's logging) undone after each test."""
     monkeypatch.delenv("PYALK_DSN", raising=False)
     handlers.seen.clear()
-    logger = logging.getLogger("pyalk")
-    saved = (list(logger.handlers), logger.level, logger.propagate)
-    yield
-    logger.handlers[:], logger.level, logger.propagate = saved
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def one_error_line(err: str) -> str:
-    lines = [line for line in err.splitlines() if line.strip()]
-    assert len(lines) == 1, err
-    return lines[0]
+    with logging_restored():
+        yield
 
 
 def jobs(db: psycopg.Connection, queue: str = "q") -> list[tuple[object, ...]]:

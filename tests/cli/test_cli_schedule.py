@@ -5,7 +5,6 @@ relay`` through the CLI's entry point (``pyalk.cli.main`` in-process, and
 from __future__ import annotations
 
 import json
-import logging
 import os
 import signal
 import subprocess
@@ -16,8 +15,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from pyalk.cli import main
 from tests.cli import deliveries
+from tests.cli.cli_run import logging_restored, one_error_line, run
 from tests.helpers import until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -29,22 +28,8 @@ def clean(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """No PYALK_DSN from outside; the logging the long-running commands set up undone afterwards."""
     monkeypatch.delenv("PYALK_DSN", raising=False)
     deliveries.delivered.clear()
-    logger = logging.getLogger("pyalk")
-    saved = (list(logger.handlers), logger.level, logger.propagate)
-    yield
-    logger.handlers[:], logger.level, logger.propagate = saved
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def one_error_line(err: str) -> str:
-    lines = [line for line in err.splitlines() if line.strip()]
-    assert len(lines) == 1, err
-    return lines[0]
+    with logging_restored():
+        yield
 
 
 def schedules(db: psycopg.Connection) -> list[tuple[object, ...]]:

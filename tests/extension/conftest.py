@@ -6,7 +6,6 @@ extension files in its share/extension directory for the session, removed after
 from __future__ import annotations
 
 import os
-import pwd
 import secrets
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -17,8 +16,8 @@ import pytest
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
-from bench.pg15 import BIN as PG15_BIN
 from bench.pg15 import Pg15
+from bench.pg15 import missing as pg15_missing
 from pyalk import extension
 
 
@@ -51,18 +50,6 @@ class ExtServer:
             for name in self.made:
                 conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
         self.made.clear()
-
-
-def pg15_missing() -> str | None:
-    """Why PostgreSQL 15 cannot run here, or None (PL/Proxy is not needed)."""
-    if not (PG15_BIN / "postgres").exists():
-        return f"PostgreSQL 15 is not installed ({PG15_BIN}): apt-get install postgresql-15"
-    if os.geteuid() == 0:
-        try:
-            pwd.getpwnam("postgres")
-        except KeyError:
-            return "running as root and there is no postgres system user to run PostgreSQL 15 as"
-    return None
 
 
 def _setting(dsn: str, name: str) -> Path:
@@ -103,7 +90,7 @@ def _installed(server: ExtServer) -> Iterator[ExtServer]:
 
 @pytest.fixture(scope="session")
 def pg15_ext() -> Iterator[ExtServer]:
-    reason = pg15_missing()
+    reason = pg15_missing(plproxy=False)
     if reason:
         pytest.skip(reason)
     pg = Pg15()
