@@ -36,6 +36,7 @@ from pyalk.errors import (
     InvalidName,
     InvalidSchedule,
     LeadershipLost,
+    NotPermitted,
     SchemaMismatch,
 )
 from pyalk.job import Job
@@ -72,6 +73,7 @@ __all__ = [
     "LeadershipLost",
     "Lock",
     "LockInfo",
+    "NotPermitted",
     "Outbox",
     "PermanentError",
     "Queue",

@@ -877,6 +877,11 @@ DECLARE
     next_at bigint;
     ids bigint[];
 BEGIN
+    -- A tick later than the clock fires boundaries before they are due: the
+    -- clock privilege's (sql/core.sql). At or before the clock is anyone's.
+    IF tick.now > alk.now() THEN
+        PERFORM alk._require_clock_privilege('alk.tick at ' || tick.now || ', later than the clock,');
+    END IF;
     -- Lock the due schedules; a concurrent tick skips them, and one that
     -- comes after sees their advanced next_fire_at. So each boundary is
     -- enqueued once, and all of this is one transaction: a failure leaves
@@ -918,6 +923,7 @@ COMMENT ON FUNCTION alk.tick(bigint) IS
 '{"schedule": name, "fire_at": boundary, "payload": the schedule''s payload}, at most 100 per schedule per tick '
 '(the oldest first; the rest of a longer backlog is skipped), then move the schedule to its first boundary after the '
 'last one fired, or after now when the cap cut it short. Concurrent ticks never fire a boundary twice. Returns one row '
-'per job. Call it every few seconds, or every minute from pg_cron. Example: SELECT * FROM alk.tick();';
+'per job. Call it every few seconds, or every minute from pg_cron. An instant later than the clock needs the clock '
+'privilege (alk.clock_privilege(); else LK005). Example: SELECT * FROM alk.tick();';
 
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA alk FROM PUBLIC;

@@ -1,0 +1,239 @@
+-- pyalk security: roles as code.
+--
+-- current definition; edit here, then add a version file (docs/migrations.md).
+-- Landed as 0012_security.sql; the clock privilege itself (alk.clock_privilege,
+-- alk.pinned_clock) lives with the clock in core.sql.
+--
+-- Four kinds of role, each with exactly the functions it needs, listed once
+-- in alk._role_functions: reader (inspect), producer (enqueue, publish),
+-- worker (claim and settle jobs, consume streams, hold locks) and admin
+-- (all of that, plus cancel, sweep, trim, requeue, schedules, the
+-- scheduler's leader lock and the grant functions). alk.grant_<kind>(role)
+-- grants a kind's list and USAGE on the schema; alk.revoke_all(role) takes
+-- everything back. pyalk creates no roles: roles are cluster-wide and
+-- creating them needs CREATEROLE; the administrator creates them, pyalk
+-- grants. A kind's grants are recorded (alk.role_grants), so a later version
+-- that adds a function to a list re-grants it with alk._regrant().
+
+-- The lists. A name covers every overload. Names a later version adds are
+-- listed here when it lands; names not installed are skipped.
+CREATE FUNCTION alk._role_functions()
+RETURNS TABLE (kind text, function_name text)
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT l.kind, l.function_name FROM (VALUES
+        -- every kind: the clock and the schema check a client runs at connect
+        ('base', 'now'), ('base', 'pinned_clock'), ('base', 'schema_info'),
+        -- reader: inspection only (pyalk status, pyalk jobs, dashboards)
+        ('reader', 'get_job'), ('reader', 'list_jobs'), ('reader', 'queue_stats'), ('reader', 'next_claim_at'),
+        ('reader', 'outbox_get_job'), ('reader', 'read_since'), ('reader', 'get_offset'),
+        ('reader', 'stream_channel'), ('reader', 'get_lock'), ('reader', 'get_schedule'),
+        ('reader', 'list_schedules'), ('reader', 'cron_next'),
+        -- producer: write work and events, and look at what it wrote
+        ('producer', 'enqueue'), ('producer', 'enqueue_batch'), ('producer', 'outbox_enqueue'),
+        ('producer', 'outbox_enqueue_batch'), ('producer', 'publish'), ('producer', 'publish_batch'),
+        ('producer', 'get_job'), ('producer', 'outbox_get_job'),
+        -- worker: claim and settle jobs (pyalk worker, outbox delivery),
+        -- consume streams with checkpoints, hold its own locks
+        ('worker', 'claim'), ('worker', 'ack'), ('worker', 'ack_batch'), ('worker', 'retry'), ('worker', 'fail'),
+        ('worker', 'heartbeat'), ('worker', 'release_jobs'), ('worker', 'settle_and_claim'),
+        ('worker', 'next_claim_at'), ('worker', 'queue_channel'), ('worker', 'get_job'),
+        ('worker', 'outbox_claim'), ('worker', 'outbox_get_job'),
+        ('worker', 'read_since'), ('worker', 'read_from_consumer'), ('worker', 'save_offset'),
+        ('worker', 'get_offset'), ('worker', 'stream_channel'),
+        ('worker', 'try_lock'), ('worker', 'renew_lock'), ('worker', 'release_lock'), ('worker', 'get_lock'),
+        -- admin: everything above (alk._kind_functions adds it) and these
+        ('admin', 'cancel'), ('admin', 'sweep_expired'), ('admin', 'outbox_sweep_expired'), ('admin', 'trim_to'),
+        ('admin', 'requeue_dead'), ('admin', 'pause_queue'), ('admin', 'resume_queue'),
+        ('admin', 'schedule'), ('admin', 'unschedule'), ('admin', 'tick'), ('admin', 'scheduler_tick'),
+        -- the scheduler's leader loop holds the reserved lock alk:scheduler
+        ('admin', '_try_lock'), ('admin', '_renew_lock'), ('admin', '_release_lock'),
+        ('admin', 'grant_reader'), ('admin', 'grant_producer'), ('admin', 'grant_worker'), ('admin', 'grant_admin'),
+        ('admin', 'revoke_all'), ('admin', 'role_grants'), ('admin', 'role_functions')
+    ) AS l(kind, function_name)
+$$;
+COMMENT ON FUNCTION alk._role_functions() IS
+'internal: the function names each role kind gets (base goes to every kind; admin also gets every other kind''s)';
+
+-- The installed functions a kind grants, as regprocedures.
+CREATE FUNCTION alk._kind_functions(role_kind text)
+RETURNS SETOF regprocedure
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT DISTINCT p.oid::regprocedure
+      FROM alk._role_functions() f
+      JOIN pg_catalog.pg_proc p ON p.proname = f.function_name AND p.pronamespace = 'alk'::regnamespace
+     WHERE f.kind = 'base' OR f.kind = role_kind OR role_kind = 'admin'
+$$;
+COMMENT ON FUNCTION alk._kind_functions(text) IS 'internal: the installed functions role kind role_kind is granted';
+
+-- Which role holds which kind, so a later version can re-grant its lists.
+-- Roles by oid: a renamed role keeps its kinds, a dropped one is skipped.
+CREATE TABLE alk.role_grants (
+    role_oid oid NOT NULL,
+    kind text NOT NULL CHECK (kind IN ('reader', 'producer', 'worker', 'admin')),
+    PRIMARY KEY (role_oid, kind)
+);
+COMMENT ON TABLE alk.role_grants IS 'Role kinds granted with alk.grant_<kind>, by role oid (private).';
+
+CREATE FUNCTION alk._role_oid(argument text, role_name text)
+RETURNS oid
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    found oid;
+BEGIN
+    SELECT r.oid INTO found FROM pg_catalog.pg_roles r WHERE r.rolname = role_name;
+    IF found IS NULL THEN
+        PERFORM alk._raise('LK002', argument || ' must name an existing role (exactly, case included), got '
+            || alk._show(role_name));
+    END IF;
+    RETURN found;
+END
+$$;
+COMMENT ON FUNCTION alk._role_oid(text, text) IS 'internal: the oid of the role named exactly role_name, or LK002';
+
+CREATE FUNCTION alk._grant_kind(role_name text, role_kind text)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    target oid := alk._role_oid('role', role_name);
+    f regprocedure;
+    granted bigint := 0;
+BEGIN
+    -- format %I: the role name is an identifier, never spliced raw.
+    EXECUTE pg_catalog.format('GRANT USAGE ON SCHEMA alk TO %I', role_name);
+    FOR f IN SELECT k FROM alk._kind_functions(role_kind) k LOOP
+        EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION %s TO %I', f, role_name);
+        granted := granted + 1;
+    END LOOP;
+    INSERT INTO alk.role_grants (role_oid, kind) VALUES (target, role_kind) ON CONFLICT DO NOTHING;
+    RETURN granted;
+END
+$$;
+COMMENT ON FUNCTION alk._grant_kind(text, text) IS 'internal: grant role kind role_kind''s functions and USAGE on alk';
+
+CREATE FUNCTION alk.grant_reader(role text)
+RETURNS bigint
+LANGUAGE sql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT alk._grant_kind($1, 'reader') $$;
+COMMENT ON FUNCTION alk.grant_reader(text) IS
+'Let role inspect: the clock, schema_info, get_job, list_jobs, queue_stats, next_claim_at, read_since, get_offset, '
+'get_lock, get_schedule, list_schedules, cron_next (what pyalk status and pyalk jobs run). Grants USAGE on schema alk '
+'and EXECUTE on each; idempotent; returns how many functions it granted. The role must exist (LK002). '
+'Example: SELECT alk.grant_reader(''dashboard'');';
+
+CREATE FUNCTION alk.grant_producer(role text)
+RETURNS bigint
+LANGUAGE sql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT alk._grant_kind($1, 'producer') $$;
+COMMENT ON FUNCTION alk.grant_producer(text) IS
+'Let role produce: enqueue, enqueue_batch, outbox_enqueue, outbox_enqueue_batch, publish, publish_batch, get_job, '
+'outbox_get_job and the clock. Idempotent; returns how many functions it granted. '
+'Example: SELECT alk.grant_producer(''web_app'');';
+
+CREATE FUNCTION alk.grant_worker(role text)
+RETURNS bigint
+LANGUAGE sql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT alk._grant_kind($1, 'worker') $$;
+COMMENT ON FUNCTION alk.grant_worker(text) IS
+'Let role work: claim, ack, ack_batch, retry, fail, heartbeat, next_claim_at, queue_channel, get_job, outbox_claim, '
+'read_since, read_from_consumer, save_offset, get_offset, try_lock, renew_lock, release_lock, get_lock and the clock '
+'(what pyalk worker and outbox delivery run). Idempotent; returns how many functions it granted. '
+'Example: SELECT alk.grant_worker(''job_runner'');';
+
+CREATE FUNCTION alk.grant_admin(role text)
+RETURNS bigint
+LANGUAGE sql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT alk._grant_kind($1, 'admin') $$;
+COMMENT ON FUNCTION alk.grant_admin(text) IS
+'Let role administer: every reader, producer and worker function, plus cancel, sweep_expired, trim_to, requeue_dead, '
+'schedule, unschedule, tick, the scheduler''s leader lock and the grant functions. Not the clock privilege '
+'(alk.clock_privilege(), which only its owner grants). Idempotent; returns how many functions it granted. '
+'Example: SELECT alk.grant_admin(''ops'');';
+
+CREATE FUNCTION alk.revoke_all(role text)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    target oid := alk._role_oid('role', revoke_all.role);
+BEGIN
+    EXECUTE pg_catalog.format('REVOKE ALL ON ALL FUNCTIONS IN SCHEMA alk FROM %I', revoke_all.role);
+    EXECUTE pg_catalog.format('REVOKE USAGE ON SCHEMA alk FROM %I', revoke_all.role);
+    DELETE FROM alk.role_grants g WHERE g.role_oid = target;
+    RETURN FOUND;
+END
+$$;
+COMMENT ON FUNCTION alk.revoke_all(text) IS
+'Take back everything pyalk granted role: EXECUTE on every alk function (the clock privilege included) and USAGE on '
+'the schema; true if role held a kind granted by alk.grant_<kind>. Example: SELECT alk.revoke_all(''web_app'');';
+
+CREATE FUNCTION alk.role_grants()
+RETURNS TABLE (role text, kind text)
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT r.rolname::text, g.kind FROM alk.role_grants g JOIN pg_catalog.pg_roles r ON r.oid = g.role_oid
+     ORDER BY r.rolname, g.kind
+$$;
+COMMENT ON FUNCTION alk.role_grants() IS
+'Which role holds which kind (granted with alk.grant_<kind>), by role name. '
+'Example: SELECT * FROM alk.role_grants();';
+
+CREATE FUNCTION alk._check_kind(kind text)
+RETURNS text
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF kind IS NULL OR kind NOT IN ('reader', 'producer', 'worker', 'admin') THEN
+        PERFORM alk._raise('LK002', 'kind must be reader, producer, worker or admin, got ' || alk._show(kind));
+    END IF;
+    RETURN kind;
+END
+$$;
+COMMENT ON FUNCTION alk._check_kind(text) IS 'internal: LK002 unless kind is reader, producer, worker or admin';
+
+CREATE FUNCTION alk.role_functions(kind text)
+RETURNS SETOF text
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT f::text FROM alk._kind_functions(alk._check_kind($1)) f ORDER BY 1
+$$;
+COMMENT ON FUNCTION alk.role_functions(text) IS
+'The functions alk.grant_<kind> grants, as signatures: kind is reader, producer, worker or admin (else LK002). '
+'Example: SELECT * FROM alk.role_functions(''worker'');';
+
+-- Re-apply every recorded kind: a version that adds a function to a list
+-- ends with SELECT alk._regrant(); so existing roles get it.
+CREATE FUNCTION alk._regrant()
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    g record;
+    granted bigint := 0;
+BEGIN
+    FOR g IN SELECT r.rolname::text AS role_name, rg.kind FROM alk.role_grants rg
+               JOIN pg_catalog.pg_roles r ON r.oid = rg.role_oid LOOP
+        granted := granted + alk._grant_kind(g.role_name, g.kind);
+    END LOOP;
+    RETURN granted;
+END
+$$;
+COMMENT ON FUNCTION alk._regrant() IS 'internal: re-grant every recorded role kind its current list (after a version adds functions)';
+
+REVOKE ALL ON ALL FUNCTIONS IN SCHEMA alk FROM PUBLIC;
