@@ -5,6 +5,7 @@ real worker process and the CLI running as them."""
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import subprocess
 import sys
@@ -281,3 +282,37 @@ def test_the_worker_process_and_cli_run_as_their_roles(db, role):
     assert result.returncode == 1 and "permission denied for function enqueue" in result.stderr
     result = _pyalk("requeue-dead", "q", "--dsn", worker)
     assert result.returncode == 1 and "permission denied" in result.stderr
+
+
+# docs/security.md, run as written ------------------------------------------------------------
+
+DOC_ROLES = ("app_reader", "app_producer", "app_worker", "app_admin", "app_gone", "replay_tool")
+
+
+def test_the_security_page_runs_in_psql_as_its_roles(db, dsn, tmp_path):
+    """Each ```sql block of docs/security.md in order: as the owner, or as the
+    role its first line names (-- as <role>); role names made unique."""
+    from tests.test_docs_examples import psql_binary
+
+    psql = psql_binary()
+    if psql is None:
+        pytest.skip("no psql binary on this machine")
+    tag = secrets.token_hex(3)
+    rename = {name: f"{name}_{tag}" for name in DOC_ROLES}
+    blocks = re.findall(r"```sql\n(.*?)```", (ROOT / "docs/security.md").read_text(), re.S)
+    assert len(blocks) >= 6
+    try:
+        for i, block in enumerate(blocks):
+            text = re.sub(r"\b(" + "|".join(DOC_ROLES) + r")\b", lambda m: rename[m.group(1)], block)
+            first = re.match(r"-- as (\w+)", text)
+            target = make_conninfo(dsn, user=first.group(1)) if first else dsn
+            script = tmp_path / f"block{i}.sql"
+            script.write_text(text)
+            result = subprocess.run([psql, "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", target, "-f", str(script)],
+                                    capture_output=True, text=True, timeout=60)
+            assert result.returncode == 0, f"block {i}:\n{text}\n{result.stderr}"
+    finally:
+        for name in rename.values():
+            if one(db, "SELECT count(*) FROM pg_roles WHERE rolname = %s", name):
+                db.execute(f'DROP OWNED BY "{name}"')
+                db.execute(f'DROP ROLE "{name}"')
