@@ -163,7 +163,8 @@ def test_the_lists_cover_every_public_function(db):
     listed = {row[0] for row in db.execute("SELECT function_name FROM alk._role_functions()")}
     assert public - listed == {"clock_privilege"}, "classify every new public function in alk._role_functions"
     assert listed - public - {n for n in listed if n.startswith("_")} <= PENDING
-    admin = {row[0].split("(")[0].removeprefix("alk.") for row in db.execute("SELECT * FROM alk.role_functions('admin')")}
+    admin = {row[0].split("(")[0].removeprefix("alk.")
+             for row in db.execute("SELECT * FROM alk.role_functions('admin')")}
     assert public - admin == {"clock_privilege"}
 
 
