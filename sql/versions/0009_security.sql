@@ -317,6 +317,11 @@ AS $$
 DECLARE
     target oid := alk._role_oid('role', revoke_all.role);
 BEGIN
+    -- The owner's rights are what every SECURITY DEFINER function runs with.
+    IF target = (SELECT n.nspowner FROM pg_catalog.pg_namespace n WHERE n.nspname = 'alk') THEN
+        PERFORM alk._raise('LK002', 'role ' || alk._show(revoke_all.role)
+            || ' owns schema alk: revoking its rights would stop every alk function');
+    END IF;
     EXECUTE pg_catalog.format('REVOKE ALL ON ALL FUNCTIONS IN SCHEMA alk FROM %I', revoke_all.role);
     EXECUTE pg_catalog.format('REVOKE USAGE ON SCHEMA alk FROM %I', revoke_all.role);
     DELETE FROM alk.role_grants g WHERE g.role_oid = target;
@@ -325,7 +330,8 @@ END
 $$;
 COMMENT ON FUNCTION alk.revoke_all(text) IS
 'Take back everything pyalk granted role: EXECUTE on every alk function (the clock privilege included) and USAGE on '
-'the schema; true if role held a kind granted by alk.grant_<kind>. Example: SELECT alk.revoke_all(''web_app'');';
+'the schema; true if role held a kind granted by alk.grant_<kind>. The schema''s owner is refused (LK002). '
+'Example: SELECT alk.revoke_all(''web_app'');';
 
 CREATE FUNCTION alk.role_grants()
 RETURNS TABLE (role text, kind text)

@@ -240,6 +240,7 @@ def test_grants_are_idempotent_recorded_and_revocable(db, role):
     ("SELECT alk.grant_reader(NULL)", "NULL"),
     ("SELECT alk.revoke_all('Public')", "'Public'"),
     ("SELECT * FROM alk.role_functions('root')", "'root'"),
+    ("SELECT alk.revoke_all(current_user)", "owns schema alk"),
 ])
 def test_bad_role_or_kind_is_lk002(db, call, fragment):
     with raises_lk("LK002", fragment):
