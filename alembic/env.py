@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from alembic import context
 
+from pyalk.extension import refuse_extension_behind
 from pyalk.install import BOOTSTRAP, VERSION_TABLE
 from pyalk.migrate import run_script
 
@@ -26,6 +27,7 @@ def run_migrations_online() -> None:
     with context.begin_transaction():
         # Lock, schema and version table before Alembic reads the version.
         run_script(connection, BOOTSTRAP)
+        refuse_extension_behind(connection.connection.driver_connection)  # ALTER EXTENSION upgrades those
         context.run_migrations()
 
 

@@ -126,6 +126,15 @@ def cmd_sql(args: argparse.Namespace, console: Console) -> None:
     sys.stdout.write(router_install(args.router) if args.router else install_script(after=args.after))
 
 
+def cmd_extension(args: argparse.Namespace, console: Console) -> None:
+    from pathlib import Path
+
+    from pyalk.extension import write
+
+    for path in write(Path(args.out)):
+        console.print(str(path), highlight=False)
+
+
 def cmd_demo(args: argparse.Namespace, console: Console) -> None:
     dsn = args.dsn or os.environ.get("PYALK_DSN")
     if not dsn:
@@ -347,6 +356,10 @@ def parser() -> argparse.ArgumentParser:
     sql.add_argument("--router", action="append", metavar="PARTITION",
                      help="print the PL/Proxy router install instead; repeat per partition conninfo, p0 first")
     sql.set_defaults(run=cmd_sql)
+
+    extension = commands.add_parser("extension", help="write CREATE EXTENSION alk's control file and scripts")
+    extension.add_argument("--out", required=True, help="the folder to write into (the server's share/extension)")
+    extension.set_defaults(run=cmd_extension)
 
     demo = commands.add_parser("demo", help="run a demo on an embedded PostgreSQL (or --dsn)")
     demo.add_argument("--dsn", help="use this database instead of an embedded server")

@@ -76,3 +76,9 @@ def error_text(error: BaseException, limit: int = 4000) -> str:
     text = text.replace("\x00", "\\0")
     text = text.encode("utf-8", "backslashreplace").decode("utf-8")
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def one_line(error: BaseException) -> str:
+    """``Type: first line of the message``, for a log line about a database error."""
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0]}" if text else type(error).__name__

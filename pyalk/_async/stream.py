@@ -9,7 +9,6 @@ waits for wake-ups.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections import deque
 from collections.abc import Iterable
@@ -17,10 +16,12 @@ from time import monotonic
 from typing import TYPE_CHECKING, Any
 
 import psycopg
-from psycopg import AsyncConnection, sql
+from psycopg import AsyncConnection
 
 from pyalk import _codec
 from pyalk._async.executor import raise_translated
+from pyalk._async.listener import AsyncListener
+from pyalk.backoff import Backoff
 from pyalk.errors import InvalidArgument
 from pyalk.stream_event import STREAM_EVENT_COLUMNS, StreamEvent, stream_event_from_row
 
@@ -212,12 +213,7 @@ class AsyncSubscription:
         self._last_yielded: int | None = None
         self._unsaved = 0
         self._last_save_at = monotonic()
-        self._listener: AsyncConnection | None = None
-        self._channel: str | None = None
-        self._backoff = 0.0
-        self._failures = 0
-        #: How many times the listening connection was lost (each loss is followed by a reconnect).
-        self.reconnects = 0
+        self._listener: AsyncListener | None = None  # made by _start
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.stream.name!r}, {self.consumer!r}, at={self._last_yielded})"
@@ -230,10 +226,12 @@ class AsyncSubscription:
     @property
     def listener_pid(self) -> int | None:
         """The server process id of the listening connection, when connected."""
-        listener = self._listener
-        if listener is None or listener.closed:
-            return None
-        return listener.info.backend_pid
+        return None if self._listener is None else self._listener.pid
+
+    @property
+    def reconnects(self) -> int:
+        """How many times the listening connection was lost (each loss is followed by a reconnect)."""
+        return 0 if self._listener is None else self._listener.reconnects
 
     async def __aenter__(self) -> AsyncSubscription:
         await self._start()
@@ -292,7 +290,8 @@ class AsyncSubscription:
         """Close the listening connection; iteration ends. Saves nothing."""
         self._closed = True
         self._buffer.clear()
-        await self._drop_listener()
+        if self._listener is not None:
+            await self._listener.close()
 
     # internals -------------------------------------------------------------
 
@@ -306,31 +305,11 @@ class AsyncSubscription:
         if self._started:
             return
         self._position = await self.stream.get_offset(self.consumer)
-        self._channel = await self.stream.channel()
-        await self._listen()
+        # The first retry after a loss is immediate; repeated failures back off, doubling.
+        backoff = Backoff(_BACKOFF_START, _BACKOFF_MAX, jitter=False, immediate=True)
+        self._listener = AsyncListener(self.stream.executor.listen_conninfo(), self.stream.channel, backoff=backoff)
+        await self._listener.connect()
         self._started = True
-
-    async def _listen(self) -> AsyncConnection:
-        """The listening connection, opened and subscribed when needed.
-
-        LISTEN comes before the first read on every connection, so a commit
-        that the read misses is always notified to it."""
-        if self._listener is not None and not self._listener.closed:
-            return self._listener
-        assert self._channel is not None
-        listener = await AsyncConnection.connect(self.stream.executor.listen_conninfo(), autocommit=True)
-        try:
-            await listener.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self._channel)))
-        except BaseException:
-            await listener.close()
-            raise
-        self._listener = listener
-        return listener
-
-    async def _drop_listener(self) -> None:
-        listener, self._listener = self._listener, None
-        if listener is not None and not listener.closed:
-            await listener.close()
 
     async def _fill(self) -> None:
         """Read the next events into the buffer, or wait for a wake-up.
@@ -338,16 +317,16 @@ class AsyncSubscription:
         A lost connection (any OperationalError: terminated backend, network,
         server restart) is reopened with backoff; reading resumes after the
         last event read, so no event is lost or reordered."""
+        assert self._listener is not None
         try:
-            if self._backoff:
-                await asyncio.sleep(self._backoff)
-            listener = await self._listen()
+            # LISTEN comes before the first read on every connection, so a
+            # commit that the read misses is always notified to it.
+            listener = await self._listener.connect()
             cursor = await listener.execute(
                 _READ_SINCE, {"stream": self.stream.name, "after_offset": self._position, "n": self.batch}
             )
             rows = await cursor.fetchall()
-            self._failures = 0
-            self._backoff = 0.0
+            self._listener.healthy()
             if rows:
                 events = [stream_event_from_row(row) for row in rows]
                 self._buffer.extend(events)
@@ -358,11 +337,7 @@ class AsyncSubscription:
                 await self._auto_save_now()
             if self._stopping:
                 return
-            # A notification that arrived during the read above is kept by
-            # psycopg for this call (3.3 tested); were one ever dropped, the
-            # poll_interval timeout is the fallback.
-            async for _ in listener.notifies(timeout=self.poll_interval, stop_after=1):
-                pass
+            await self._listener.wait(self.poll_interval)
         except psycopg.OperationalError as error:
             await self._lost(error)
         except psycopg.Error as error:
@@ -375,11 +350,8 @@ class AsyncSubscription:
             self.consumer,
             error,
         )
-        await self._drop_listener()
-        self.reconnects += 1
-        # The first retry is immediate; repeated failures back off, doubling.
-        self._failures += 1
-        self._backoff = 0.0 if self._failures == 1 else min(_BACKOFF_MAX, _BACKOFF_START * 2 ** (self._failures - 2))
+        if self._listener is not None:
+            await self._listener.lost()
 
     async def _auto_save_now(self) -> None:
         """An automatic save; a lost connection only delays it (the next

@@ -21,9 +21,12 @@ to call it:
   transient: it reconnects and carries on. A job whose outcome could not be
   recorded runs again after its lease: at least once, never lost.
 
-The threaded form (pyalk/_sync/worker.py) is generated from this file; the
-primitives that differ (tasks vs threads, signals) are in
-pyalk/worker_runtime.py.
+The worker's lifecycle is the state table in pyalk/worker_state.py; its
+parts each have one job: AsyncSettlementBatcher (settlement.py) flushes
+finished outcomes, AsyncHeartbeater (heartbeat.py) renews leases,
+AsyncListener (listener.py) keeps the LISTEN connection. The threaded form
+(pyalk/_sync/worker.py) is generated from this file; the primitives that
+differ (tasks vs threads, signals) are in pyalk/worker_runtime.py.
 """
 
 from __future__ import annotations
@@ -31,26 +34,28 @@ from __future__ import annotations
 import logging
 import math
 import os
-import random
 import secrets
 import socket
 import threading
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from psycopg import AsyncConnection, sql
-
 from pyalk import _codec
-from pyalk._async.queue import QUEUE_CHANNEL, AsyncJobHandle, AsyncQueue
+from pyalk._async.heartbeat import AsyncHeartbeater, Running
+from pyalk._async.listener import AsyncListener
+from pyalk._async.queue import AsyncJobHandle, AsyncQueue
+from pyalk._async.settlement import AsyncSettlementBatcher, Outcome
+from pyalk.backoff import Backoff
 from pyalk.job import Job
 from pyalk.worker_runtime import AsyncEvent, AsyncPool, AsyncRuntime, AsyncSignals, AsyncTask
+from pyalk.worker_state import ABANDONED, ACTIVE, CUT_OFF, STOPPING, IllegalTransition, Lifecycle, WorkerState
 from pyalk.worker_types import (
     TRANSIENT_ERRORS,
     PermanentError,
     WorkerCounts,
     error_text,
+    one_line,
 )
 
 if TYPE_CHECKING:
@@ -67,37 +72,31 @@ ACK_BATCH_MAX = 1000
 # the worker ------------------------------------------------------------------
 
 
-@dataclass(slots=True, eq=False)
-class _Running:
-    """A job whose handler is running, with its heartbeat schedule."""
+class _InFlight:
+    """The jobs whose handlers are running, by claim. ``changed`` is set
+    whenever one leaves (and on every stop transition): a full claim loop and
+    a draining shutdown wait on it."""
 
-    handle: AsyncJobHandle
-    started: float  # time.monotonic() when the claim returned
-    interval: float  # seconds between heartbeats: half the visibility timeout
-    next_beat: float  # time.monotonic() of the next heartbeat (inf: none)
-    lost: bool = False  # a heartbeat found the claim no longer valid
+    def __init__(self) -> None:
+        self._jobs: dict[tuple[int, int], Running] = {}
+        self._lock = threading.Lock()
+        self.changed = AsyncEvent()
 
+    def __len__(self) -> int:
+        return len(self._jobs)
 
-class _Backoff:
-    """Exponential backoff with jitter, from ``first`` to ``cap`` seconds."""
+    def add(self, running: Running) -> None:
+        with self._lock:
+            self._jobs[running.key] = running
 
-    def __init__(self, first: float, cap: float) -> None:
-        self.first = first
-        self.cap = max(cap, first)
-        self._next = first
+    def remove(self, running: Running) -> None:
+        with self._lock:
+            self._jobs.pop(running.key, None)
+        self.changed.set()
 
-    def next(self) -> float:
-        delay = self._next
-        self._next = min(self.cap, self._next * 2)
-        return delay * random.uniform(0.8, 1.2)
-
-    def reset(self) -> None:
-        self._next = self.first
-
-
-def _one_line(error: BaseException) -> str:
-    text = str(error).strip().splitlines()
-    return f"{type(error).__name__}: {text[0]}" if text else type(error).__name__
+    def jobs(self) -> list[Running]:
+        with self._lock:
+            return list(self._jobs.values())
 
 
 def _default_worker_id() -> str:
@@ -123,6 +122,8 @@ class AsyncWorker:
     timeout; ``listen`` opens the LISTEN connection (``listen_conninfo``, or
     the client's own conninfo); ``burst`` returns once nothing is claimable
     and nothing is running.
+
+    Its lifecycle (:attr:`state`) is the table in :mod:`pyalk.worker_state`.
     """
 
     def __init__(
@@ -165,27 +166,21 @@ class AsyncWorker:
         self.handle_signals = handle_signals
         self.burst = burst
         self.counts = WorkerCounts()
-        self._listen_conninfo = (listen_conninfo or alk.executor.listen_conninfo()) if listen else None
+        conninfo = (listen_conninfo or alk.executor.listen_conninfo()) if listen else None
 
-        self._lock = threading.Lock()
-        self._in_flight: dict[tuple[int, int], _Running] = {}
-        self._acks_pending: list[_Running] = []
-        self._running = False
-        self._finished = False
-        self._stopping = False
-        self._forced = False
-        self._abandoned = False
-        self._acks_closed = False
-        self._ack_deadline = math.inf
-        self._beats_done = False
-        self._listening = False
+        self._counts_lock = threading.Lock()
+        self._in_flight = _InFlight()
         # Set from any thread or signal handler; waited on by the loops.
-        self._stop_event = AsyncEvent()  # stop requested: ends backoff sleeps
+        self._stopped = AsyncEvent()  # claiming is over: ends backoff sleeps and the listener
         self._wake = AsyncEvent()  # NOTIFY, retry, stop: look for claimable jobs
-        self._slot = AsyncEvent()  # a handler finished, or stop
-        self._drained = AsyncEvent()  # nothing in flight any more, or a forced stop
-        self._beat = AsyncEvent()  # a job started, or shutdown: recompute heartbeats
-        self._acks = AsyncEvent()  # acks to flush, or shutdown
+        self._life = Lifecycle(self._entered)
+        self._settler = AsyncSettlementBatcher(self._settle_batch, self._settled, logger=logger,
+                                               extra=self._fields(), batch_max=ACK_BATCH_MAX)
+        self._heartbeater = AsyncHeartbeater(self._in_flight.jobs, poll_interval=self.poll_interval, logger=logger,
+                                             fields=self._fields)
+        self._listener = None if conninfo is None else AsyncListener(
+            conninfo, self._channel, backoff=Backoff(0.2, min(self.poll_interval, 5.0)), connect_timeout=10
+        )
         self._pool = AsyncPool(concurrency, name=f"pyalk-worker-{self.queue.name}")
 
     def __repr__(self) -> str:
@@ -195,9 +190,14 @@ class AsyncWorker:
         )
 
     @property
+    def state(self) -> WorkerState:
+        """Where the worker is in its lifecycle."""
+        return self._life.state
+
+    @property
     def running(self) -> bool:
         """Whether :meth:`run` is in progress."""
-        return self._running
+        return self._life.state in ACTIVE
 
     @property
     def in_flight(self) -> int:
@@ -207,20 +207,23 @@ class AsyncWorker:
     @property
     def listening(self) -> bool:
         """Whether the LISTEN connection is up (wake-ups at commit)."""
-        return self._listening
+        return self._listener is not None and self._listener.listening
 
     def stop(self, *, force: bool = False) -> None:
         """Stop claiming; running handlers get the grace period (``force``:
         none). Safe from any thread and from a signal handler; returns at once."""
-        self._stopping = True
-        if force:
-            self._forced = True
-            self._drained.set()
-        for event in (self._stop_event, self._wake, self._slot):
-            event.set()
+        self._life.request_stop(force=force)
+
+    def _entered(self, old: WorkerState, new: WorkerState) -> None:
+        """Every lifecycle transition: logged, and a stop wakes every wait."""
+        logger.debug("worker %s -> %s", old.value, new.value,
+                     extra=self._fields(state=new.value, previous=old.value))
+        if new in STOPPING:
+            for event in (self._stopped, self._wake, self._in_flight.changed):
+                event.set()
 
     def _on_signal(self, number: int) -> None:
-        if self._stopping:
+        if self._life.stopping():
             logger.warning("second signal %d: stopping now, in-flight jobs are left to lease expiry", number,
                            extra=self._fields())
             self.stop(force=True)
@@ -237,35 +240,44 @@ class AsyncWorker:
         fields.update(extra)
         return fields
 
+    def _count(self, **deltas: int) -> None:
+        with self._counts_lock:
+            for name, delta in deltas.items():
+                setattr(self.counts, name, getattr(self.counts, name) + delta)
+
     # run -------------------------------------------------------------------
 
     async def run(self) -> WorkerCounts:
         """Work until stopped; the counts of what was done."""
-        if self._running or self._finished:
-            raise RuntimeError(f"{self!r} is {'already running' if self._running else 'finished'}: a worker runs once")
-        self._running = True
-        for event in (self._stop_event, self._wake, self._slot, self._drained, self._beat, self._acks):
+        for event in (self._stopped, self._wake, self._in_flight.changed):
             await event.wait(0)  # binds each event to this loop (a no-op for threads)
+        try:
+            self._life.advance(WorkerState.STARTING)
+        except IllegalTransition:
+            doing = "already running" if self.running else "finished"
+            raise RuntimeError(f"{self!r} is {doing}: a worker runs once") from None
         signals = AsyncSignals()
-        if self.handle_signals:
-            signals.install(self._on_signal)
-        logger.info(
-            "worker started: queue %r, concurrency %d, %s",
-            self.queue.name,
-            self.concurrency,
-            "LISTEN + fallback poll" if self._listen_conninfo else "polling only (listen=False)",
-            extra=self._fields(concurrency=self.concurrency),
-        )
-        tasks: dict[str, AsyncTask] = {
-            "acks": AsyncRuntime.spawn(self._ack_loop, name="pyalk-worker-acks"),
-        }
-        if self.heartbeat:
-            tasks["heartbeats"] = AsyncRuntime.spawn(self._heartbeat_loop, name="pyalk-worker-heartbeats")
-        if self._listen_conninfo is not None:
-            tasks["listen"] = AsyncRuntime.spawn(self._listen_loop, name="pyalk-worker-listen")
+        tasks: dict[str, AsyncTask] = {}
         interrupted = False
         try:
-            await self._claim_loop()
+            if self.handle_signals:
+                signals.install(self._on_signal)
+            logger.info(
+                "worker started: queue %r, concurrency %d, %s",
+                self.queue.name,
+                self.concurrency,
+                "LISTEN + fallback poll" if self._listener else "polling only (listen=False)",
+                extra=self._fields(concurrency=self.concurrency),
+            )
+            tasks["acks"] = AsyncRuntime.spawn(self._settler.run, name="pyalk-worker-acks")
+            if self.heartbeat:
+                tasks["heartbeats"] = AsyncRuntime.spawn(self._heartbeater.run, name="pyalk-worker-heartbeats")
+            if self._listener is not None:
+                tasks["listen"] = AsyncRuntime.spawn(
+                    self._listener.run, self._wake, self._stopped, logger, self._fields(), name="pyalk-worker-listen"
+                )
+            if self._life.begin_running():
+                await self._claim_loop()
         except BaseException:
             interrupted = True
             raise
@@ -274,20 +286,22 @@ class AsyncWorker:
                 await self._shutdown(tasks, grace=0.0 if interrupted else self.grace_period)
             finally:
                 signals.restore()
-                self._running = False
-                self._finished = True
+                if self._life.state is not WorkerState.FLUSHING:  # _shutdown failed early
+                    self._life.request_stop(force=True)
+                    self._life.advance(WorkerState.FLUSHING)
+                self._life.advance(WorkerState.STOPPED)
         return self.counts
 
     async def _claim_loop(self) -> None:
-        idle = _Backoff(0.05, self.poll_interval)
-        failing = _Backoff(0.1, min(self.poll_interval, 5.0))
-        while not self._stopping:
+        idle = Backoff(0.05, self.poll_interval)
+        failing = Backoff(0.1, min(self.poll_interval, 5.0))
+        while self._life.state is WorkerState.RUNNING:
             free = self.concurrency - len(self._in_flight)
             if free <= 0:
                 # Full: wait for a handler to finish (a NOTIFY cannot help).
-                self._slot.clear()
-                if len(self._in_flight) >= self.concurrency and not self._stopping:
-                    await self._slot.wait(self.poll_interval)
+                self._in_flight.changed.clear()
+                if len(self._in_flight) >= self.concurrency and not self._life.stopping():
+                    await self._in_flight.changed.wait(self.poll_interval)
                 continue
             wanted = min(free, self.batch_size)
             # Cleared before the claim: a NOTIFY arriving from here on is not lost.
@@ -323,11 +337,11 @@ class AsyncWorker:
                 timeout = self.poll_interval if delay is None else min(delay, self.poll_interval)
             await self._wake.wait(timeout)
 
-    async def _pause_for(self, error: BaseException, backoff: _Backoff) -> None:
+    async def _pause_for(self, error: BaseException, backoff: Backoff) -> None:
         pause = backoff.next()
-        logger.warning("database unavailable (%s); trying again in %.1fs", _one_line(error), pause,
+        logger.warning("database unavailable (%s); trying again in %.1fs", one_line(error), pause,
                        extra=self._fields())
-        await self._stop_event.wait(pause)
+        await self._stopped.wait(pause)
 
     async def _seconds_until_claimable(self) -> float | None:
         at, now, wall = await self.queue.next_claim_clock()
@@ -337,6 +351,10 @@ class AsyncWorker:
             return float(at) - wall
         return float(at - now)  # a pinned clock (tests, replays): whole seconds
 
+    async def _channel(self) -> str:
+        """The LISTEN channel of the queue (the listener asks once)."""
+        return await self.queue.channel()
+
     # one job ---------------------------------------------------------------
 
     def _start(self, handle: AsyncJobHandle) -> None:
@@ -344,17 +362,15 @@ class AsyncWorker:
         # A lease lasts at least visibility_timeout_s seconds from the claim:
         # renewing at half of it leaves the other half for a slow round trip.
         interval = max(handle.job.visibility_timeout_s / 2, 0.05)
-        running = _Running(handle, started=now, interval=interval,
-                           next_beat=now + interval if self.heartbeat else math.inf)
-        with self._lock:
-            self._in_flight[(handle.id, handle.job.attempts)] = running
-            self.counts.claimed += 1
-        self._drained.clear()
+        running = Running(handle, started=now, interval=interval,
+                          next_beat=now + interval if self.heartbeat else math.inf)
+        self._in_flight.add(running)
+        self._count(claimed=1)
         self._pool.submit(self._process, running)
         if self.heartbeat:
-            self._beat.set()
+            self._heartbeater.poke()
 
-    async def _process(self, running: _Running) -> None:
+    async def _process(self, running: Running) -> None:
         handle = running.handle
         job = handle.job
         logger.debug("job %d started (attempt %d)", job.id, job.attempts, extra=self._fields(job))
@@ -365,28 +381,21 @@ class AsyncWorker:
             except Exception as caught:
                 error = caught
             duration = time.monotonic() - running.started
-            if self._abandoned:
+            if self._life.state in ABANDONED:
                 return  # past the grace period: the job is left to lease expiry
             if error is None:
                 logger.debug("job %d done in %.3fs", job.id, duration, extra=self._fields(job, duration_s=duration))
-                with self._lock:
-                    self._acks_pending.append(running)
-                self._acks.set()
+                self._settler.add(Outcome(handle))
             elif isinstance(error, self.fail_on):
                 await self._settle(running, error, duration, fail=True)
             else:
                 await self._settle(running, error, duration, fail=False)
         finally:
-            with self._lock:
-                self._in_flight.pop((handle.id, job.attempts), None)
-                empty = not self._in_flight
-            self._slot.set()
+            self._in_flight.remove(running)
             if self.burst:
                 self._wake.set()
-            if empty:
-                self._drained.set()
 
-    async def _settle(self, running: _Running, error: Exception, duration: float, *, fail: bool) -> None:
+    async def _settle(self, running: Running, error: Exception, duration: float, *, fail: bool) -> None:
         """Record a failed handler: fail (dead now) or retry (backoff curve)."""
         handle = running.handle
         job = handle.job
@@ -395,25 +404,24 @@ class AsyncWorker:
         # A lost connection is retried until the lease would have run out
         # anyway; after that the job runs again (at least once) whatever we do.
         deadline = time.monotonic() + min(max(job.visibility_timeout_s, 2), 60)
-        backoff = _Backoff(0.1, 2.0)
+        backoff = Backoff(0.1, 2.0)
         while True:
             try:
                 held = await (handle.fail(err) if fail else handle.retry(err))
                 break
             except TRANSIENT_ERRORS as db_error:
-                if time.monotonic() >= deadline or self._forced:
+                if time.monotonic() >= deadline or self._life.state in CUT_OFF:
                     logger.error("job %d failed and its failure could not be recorded (%s); it runs again after "
-                                 "its lease", job.id, _one_line(db_error), extra=fields)
+                                 "its lease", job.id, one_line(db_error), extra=fields)
                     return
                 await AsyncRuntime.sleep(backoff.next())
         dead = fail or job.attempts >= job.max_attempts
-        with self._lock:
-            if not held:
-                self.counts.lost += 1
-            elif dead:
-                self.counts.failed += 1
-            else:
-                self.counts.retried += 1
+        if not held:
+            self._count(lost=1)
+        elif dead:
+            self._count(failed=1)
+        else:
+            self._count(retried=1)
         if not held:
             logger.warning("job %d failed (%s) but its claim was no longer valid (lease lapsed)", job.id, err,
                            extra=fields)
@@ -424,160 +432,50 @@ class AsyncWorker:
                            job.max_attempts, err, exc_info=error, extra=fields)
             self._wake.set()  # it may be due again soon (a short backoff)
 
-    # acks --------------------------------------------------------------------
+    # settlement ----------------------------------------------------------------
 
-    async def _ack_loop(self) -> None:
-        backoff = _Backoff(0.05, 2.0)
-        while True:
-            with self._lock:
-                batch = self._acks_pending[:ACK_BATCH_MAX]
-                del self._acks_pending[:ACK_BATCH_MAX]
-            if not batch:
-                if self._acks_closed:
-                    return
-                await self._acks.wait(None)
-                self._acks.clear()
-                continue
-            acked: int | None = None
-            while acked is None:
-                try:
-                    acked = await self.queue.ack_batch(self.worker_id, [running.handle for running in batch])
-                except TRANSIENT_ERRORS as error:
-                    if self._acks_closed and time.monotonic() >= self._ack_deadline:
-                        logger.error("could not ack %d finished jobs (%s); they run again after their lease",
-                                     len(batch), _one_line(error), extra=self._fields())
-                        break
-                    pause = backoff.next()
-                    logger.warning("ack failed (%s); trying again in %.1fs", _one_line(error), pause,
-                                   extra=self._fields())
-                    await AsyncRuntime.sleep(pause)
-                except Exception:
-                    logger.exception("ack_batch failed; %d jobs run again after their lease", len(batch),
-                                     extra=self._fields())
-                    break
-            if acked is None:
-                continue
-            backoff.reset()
-            refused = len(batch) - acked
-            with self._lock:
-                self.counts.acked += acked
-                self.counts.lost += refused
-            if refused:
-                logger.warning("%d of %d acks refused: those claims were no longer valid (lease lapsed)", refused,
-                               len(batch), extra=self._fields())
+    async def _settle_batch(self, batch: list[Outcome]) -> int:
+        """Settle one batch of outcomes; how many claims were still valid.
+        Only acks are batched today (failures are recorded by _settle)."""
+        return await self.queue.ack_batch(self.worker_id, [outcome.handle for outcome in batch])
 
-    # heartbeats --------------------------------------------------------------
-
-    async def _heartbeat_loop(self) -> None:
-        while not self._beats_done:
-            self._beat.clear()
-            now = time.monotonic()
-            with self._lock:
-                due = [running for running in self._in_flight.values() if running.next_beat <= now]
-            for running in due:
-                await self._beat_one(running)
-            with self._lock:
-                upcoming = min((running.next_beat for running in self._in_flight.values()), default=math.inf)
-            await self._beat.wait(min(max(upcoming - time.monotonic(), 0.0), self.poll_interval))
-
-    async def _beat_one(self, running: _Running) -> None:
-        job = running.handle.job
-        sent = time.monotonic()
-        try:
-            held = await running.handle.heartbeat()
-        except TRANSIENT_ERRORS as error:
-            running.next_beat = time.monotonic() + min(running.interval / 4, 1.0)
-            logger.warning("heartbeat of job %d failed (%s)", job.id, _one_line(error), extra=self._fields(job))
-            return
-        except Exception:
-            running.next_beat = time.monotonic() + running.interval
-            logger.exception("heartbeat of job %d failed", job.id, extra=self._fields(job))
-            return
-        if held:
-            running.next_beat = sent + running.interval
-        else:
-            running.lost = True
-            running.next_beat = math.inf
-            logger.warning("job %d lost its lease (it lapsed and may be running elsewhere); its outcome will not "
-                           "count", job.id, extra=self._fields(job))
-
-    # wake-ups ----------------------------------------------------------------
-
-    async def _listen_loop(self) -> None:
-        assert self._listen_conninfo is not None
-        conninfo = self._listen_conninfo
-        backoff = _Backoff(0.2, min(self.poll_interval, 5.0))
-        while not self._stopping:
-            pause = 0.0
-            try:
-                conn = await AsyncConnection.connect(conninfo, autocommit=True, connect_timeout=10)
-                async with conn:
-                    cursor = await conn.execute(QUEUE_CHANNEL, {"queue": self.queue.name})
-                    row = await cursor.fetchone()
-                    assert row is not None
-                    await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(row[0])))
-                    self._listening = True
-                    backoff.reset()
-                    logger.debug("listening on %s", row[0], extra=self._fields(channel=row[0]))
-                    self._wake.set()  # anything enqueued while we were not listening
-                    while not self._stopping:
-                        # Short slices: the threaded form notices a stop between them.
-                        async for _notify in conn.notifies(timeout=0.25):
-                            self._wake.set()
-            except TRANSIENT_ERRORS as error:
-                if self._stopping:
-                    return
-                pause = backoff.next()
-                logger.warning("LISTEN connection lost (%s); reconnecting in %.1fs (polling meanwhile)",
-                               _one_line(error), pause, extra=self._fields())
-            except Exception:
-                pause = backoff.next()
-                logger.exception("LISTEN connection failed; polling only, retrying in %.1fs", pause,
-                                 extra=self._fields())
-            finally:
-                self._listening = False
-            if not self._stopping:
-                await self._stop_event.wait(pause)
+    def _settled(self, acked: int, refused: int) -> None:
+        self._count(acked=acked, lost=refused)
 
     # stop ----------------------------------------------------------------------
 
     async def _shutdown(self, tasks: dict[str, AsyncTask], grace: float) -> None:
         self.stop(force=grace <= 0)
-        with self._lock:
-            waiting = len(self._in_flight)
+        waiting = len(self._in_flight)
         if waiting:
             logger.info("stopping: waiting up to %.1fs for %d running jobs", grace, waiting, extra=self._fields())
         deadline = time.monotonic() + grace
         while True:
-            self._drained.clear()
-            with self._lock:
-                waiting = len(self._in_flight)
+            self._in_flight.changed.clear()
+            waiting = len(self._in_flight)
             remaining = deadline - time.monotonic()
-            if not waiting or remaining <= 0 or self._forced:
+            if not waiting or remaining <= 0 or self._life.state is WorkerState.FORCED:
                 break
-            await self._drained.wait(remaining)
+            await self._in_flight.changed.wait(remaining)
+        self._life.advance(WorkerState.FLUSHING)
         if waiting:
-            self._abandoned = True
-            with self._lock:
-                self.counts.abandoned += waiting
+            self._count(abandoned=waiting)
             logger.warning("grace period over: %d running jobs are left to lease expiry", waiting,
                            extra=self._fields())
             self._pool.cancel_all()
         await self._pool.close(1.0)
         # Flush what finished; keep trying for a while if the database is away.
-        self._ack_deadline = time.monotonic() + max(grace, 5.0)
-        self._acks_closed = True
-        self._acks.set()
-        await tasks["acks"].join(max(grace, 5.0) + 5.0)
-        self._beats_done = True
-        self._beat.set()
+        self._settler.close(max(grace, 5.0))
+        if "acks" in tasks:
+            await tasks["acks"].join(max(grace, 5.0) + 5.0)
+        self._heartbeater.close()
         for name, task in tasks.items():
             if name != "acks":
                 task.cancel()
                 await task.join(2.0)
             error = task.exception()
             if error is not None:
-                logger.error("the worker's %s loop failed: %s", name, _one_line(error), exc_info=error,
+                logger.error("the worker's %s loop failed: %s", name, one_line(error), exc_info=error,
                              extra=self._fields())
         logger.info(
             "worker stopped: %d acked, %d retried, %d failed, %d lost, %d left to lease expiry",

@@ -10,8 +10,6 @@ waits for wake-ups.
 
 from __future__ import annotations
 
-import threading
-import time
 import logging
 from collections import deque
 from collections.abc import Iterable
@@ -19,10 +17,12 @@ from time import monotonic
 from typing import TYPE_CHECKING, Any
 
 import psycopg
-from psycopg import Connection, sql
+from psycopg import Connection
 
 from pyalk import _codec
 from pyalk._sync.executor import raise_translated
+from pyalk._sync.listener import Listener
+from pyalk.backoff import Backoff
 from pyalk.errors import InvalidArgument
 from pyalk.stream_event import STREAM_EVENT_COLUMNS, StreamEvent, stream_event_from_row
 
@@ -214,12 +214,7 @@ class Subscription:
         self._last_yielded: int | None = None
         self._unsaved = 0
         self._last_save_at = monotonic()
-        self._listener: Connection | None = None
-        self._channel: str | None = None
-        self._backoff = 0.0
-        self._failures = 0
-        #: How many times the listening connection was lost (each loss is followed by a reconnect).
-        self.reconnects = 0
+        self._listener: Listener | None = None  # made by _start
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.stream.name!r}, {self.consumer!r}, at={self._last_yielded})"
@@ -232,10 +227,12 @@ class Subscription:
     @property
     def listener_pid(self) -> int | None:
         """The server process id of the listening connection, when connected."""
-        listener = self._listener
-        if listener is None or listener.closed:
-            return None
-        return listener.info.backend_pid
+        return None if self._listener is None else self._listener.pid
+
+    @property
+    def reconnects(self) -> int:
+        """How many times the listening connection was lost (each loss is followed by a reconnect)."""
+        return 0 if self._listener is None else self._listener.reconnects
 
     def __enter__(self) -> Subscription:
         self._start()
@@ -294,7 +291,8 @@ class Subscription:
         """Close the listening connection; iteration ends. Saves nothing."""
         self._closed = True
         self._buffer.clear()
-        self._drop_listener()
+        if self._listener is not None:
+            self._listener.close()
 
     # internals -------------------------------------------------------------
 
@@ -308,31 +306,11 @@ class Subscription:
         if self._started:
             return
         self._position = self.stream.get_offset(self.consumer)
-        self._channel = self.stream.channel()
-        self._listen()
+        # The first retry after a loss is immediate; repeated failures back off, doubling.
+        backoff = Backoff(_BACKOFF_START, _BACKOFF_MAX, jitter=False, immediate=True)
+        self._listener = Listener(self.stream.executor.listen_conninfo(), self.stream.channel, backoff=backoff)
+        self._listener.connect()
         self._started = True
-
-    def _listen(self) -> Connection:
-        """The listening connection, opened and subscribed when needed.
-
-        LISTEN comes before the first read on every connection, so a commit
-        that the read misses is always notified to it."""
-        if self._listener is not None and not self._listener.closed:
-            return self._listener
-        assert self._channel is not None
-        listener = Connection.connect(self.stream.executor.listen_conninfo(), autocommit=True)
-        try:
-            listener.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self._channel)))
-        except BaseException:
-            listener.close()
-            raise
-        self._listener = listener
-        return listener
-
-    def _drop_listener(self) -> None:
-        listener, self._listener = self._listener, None
-        if listener is not None and not listener.closed:
-            listener.close()
 
     def _fill(self) -> None:
         """Read the next events into the buffer, or wait for a wake-up.
@@ -340,16 +318,16 @@ class Subscription:
         A lost connection (any OperationalError: terminated backend, network,
         server restart) is reopened with backoff; reading resumes after the
         last event read, so no event is lost or reordered."""
+        assert self._listener is not None
         try:
-            if self._backoff:
-                time.sleep(self._backoff)
-            listener = self._listen()
+            # LISTEN comes before the first read on every connection, so a
+            # commit that the read misses is always notified to it.
+            listener = self._listener.connect()
             cursor = listener.execute(
                 _READ_SINCE, {"stream": self.stream.name, "after_offset": self._position, "n": self.batch}
             )
             rows = cursor.fetchall()
-            self._failures = 0
-            self._backoff = 0.0
+            self._listener.healthy()
             if rows:
                 events = [stream_event_from_row(row) for row in rows]
                 self._buffer.extend(events)
@@ -360,11 +338,7 @@ class Subscription:
                 self._auto_save_now()
             if self._stopping:
                 return
-            # A notification that arrived during the read above is kept by
-            # psycopg for this call (3.3 tested); were one ever dropped, the
-            # poll_interval timeout is the fallback.
-            for _ in listener.notifies(timeout=self.poll_interval, stop_after=1):
-                pass
+            self._listener.wait(self.poll_interval)
         except psycopg.OperationalError as error:
             self._lost(error)
         except psycopg.Error as error:
@@ -377,11 +351,8 @@ class Subscription:
             self.consumer,
             error,
         )
-        self._drop_listener()
-        self.reconnects += 1
-        # The first retry is immediate; repeated failures back off, doubling.
-        self._failures += 1
-        self._backoff = 0.0 if self._failures == 1 else min(_BACKOFF_MAX, _BACKOFF_START * 2 ** (self._failures - 2))
+        if self._listener is not None:
+            self._listener.lost()
 
     def _auto_save_now(self) -> None:
         """An automatic save; a lost connection only delays it (the next

@@ -19,6 +19,7 @@ import psycopg
 import pytest
 
 from pyalk import AsyncAlk, AsyncJobHandle, AsyncWorker, InvalidArgument, InvalidName, PermanentError, QueueOpts
+from pyalk.worker_state import WorkerState
 from tests.helpers import until
 
 DEADLINE = 30.0
@@ -118,6 +119,60 @@ async def test_a_worker_stopped_before_it_runs_returns_at_once_and_runs_once(alk
     assert job_rows(db)[0][1:3] == ("pending", 0)
     with pytest.raises(RuntimeError, match="a worker runs once"):
         await worker.run()
+
+
+def states_seen(caplog: pytest.LogCaptureFixture) -> list[str]:
+    """The states a worker entered, in order, from its transition log records."""
+    return [record.state for record in caplog.records if hasattr(record, "state")]
+
+
+async def test_a_worker_passes_through_its_lifecycle_once(alk, caplog):
+    async def handler(job: AsyncJobHandle) -> None:
+        pass
+
+    await alk.queue("q").enqueue(1)
+    worker = AsyncWorker(alk, "q", handler, burst=True, handle_signals=False)
+    assert worker.state is WorkerState.NEW
+    with caplog.at_level(logging.DEBUG, logger="pyalk.worker"):
+        counts = await worker.run()
+    assert counts.acked == 1
+    assert states_seen(caplog) == ["starting", "running", "draining", "flushing", "stopped"]
+    assert worker.state is WorkerState.STOPPED and worker.running is False
+    with pytest.raises(RuntimeError, match="is finished: a worker runs once"):
+        await worker.run()
+    assert worker.state is WorkerState.STOPPED
+
+
+async def test_a_stop_before_run_skips_running(alk, caplog):
+    async def handler(job: AsyncJobHandle) -> None:
+        raise AssertionError("no job should run")
+
+    worker = AsyncWorker(alk, "q", handler, handle_signals=False)
+    worker.stop()
+    assert worker.state is WorkerState.NEW  # remembered, applied when run() starts
+    with caplog.at_level(logging.DEBUG, logger="pyalk.worker"):
+        await worker.run()
+    assert states_seen(caplog) == ["starting", "draining", "flushing", "stopped"]
+
+
+async def test_a_forced_stop_while_draining_skips_the_grace_period(alk, db, caplog):
+    released = asyncio.Event()
+    worker: AsyncWorker
+
+    async def handler(job: AsyncJobHandle) -> None:
+        worker.stop()
+        worker.stop(force=True)  # a second signal
+        await released.wait()  # would outlive any grace period
+
+    await alk.queue("q").enqueue(1)
+    worker = AsyncWorker(alk, "q", handler, grace_period=DEADLINE * 10, handle_signals=False)
+    try:
+        with caplog.at_level(logging.DEBUG, logger="pyalk.worker"):
+            counts = await worker.run()
+    finally:
+        released.set()
+    assert (counts.claimed, counts.acked, counts.abandoned) == (1, 0, 1)
+    assert states_seen(caplog) == ["starting", "running", "draining", "forced", "flushing", "stopped"]
 
 
 # outcomes --------------------------------------------------------------------------

@@ -1,0 +1,147 @@
+"""A dedicated LISTEN connection on one channel, shared by the worker (a
+background loop that sets a wake event on every NOTIFY) and the stream
+subscription (which reads on the same connection and waits on it).
+
+The connection is opened outside any pool (``conninfo``, autocommit) and
+subscribed before anything else runs on it, so a commit a later read misses
+is always notified to it. A lost connection is dropped; the next connect
+waits the backoff first.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from psycopg import AsyncConnection, sql
+
+from pyalk.backoff import Backoff
+from pyalk.worker_runtime import AsyncEvent, AsyncRuntime
+from pyalk.worker_types import TRANSIENT_ERRORS, one_line
+
+
+class AsyncListener:
+    """LISTEN on the channel ``channel()`` names, over a connection to ``conninfo``.
+
+    Foreground use (a subscription): :meth:`connect`, run queries on the
+    connection, :meth:`wait`; on a lost connection :meth:`lost`, and
+    :meth:`healthy` once work succeeds again. Background use (a worker):
+    :meth:`run`.
+    """
+
+    def __init__(
+        self,
+        conninfo: str,
+        channel: Callable[[], Awaitable[str]],
+        *,
+        backoff: Backoff,
+        connect_timeout: int | None = None,
+    ) -> None:
+        self._conninfo = conninfo
+        self._resolve = channel
+        self._channel: str | None = None
+        self._backoff = backoff
+        self._connect_timeout = connect_timeout
+        self._conn: AsyncConnection | None = None
+        self._pause = 0.0  # owed by a loss: waited before the next connect
+        #: How many times the connection was lost (each loss is followed by a reconnect).
+        self.reconnects = 0
+
+    @property
+    def channel(self) -> str | None:
+        """The channel, once resolved."""
+        return self._channel
+
+    @property
+    def listening(self) -> bool:
+        """Whether the connection is up and subscribed."""
+        return self._conn is not None and not self._conn.closed
+
+    @property
+    def pid(self) -> int | None:
+        """The server process id of the connection, when connected."""
+        conn = self._conn
+        return None if conn is None or conn.closed else conn.info.backend_pid
+
+    async def connect(self) -> AsyncConnection:
+        """The listening connection: opened and subscribed when needed (after
+        the pause a previous loss owes)."""
+        if self._conn is not None and not self._conn.closed:
+            return self._conn
+        if self._pause:
+            pause, self._pause = self._pause, 0.0
+            await AsyncRuntime.sleep(pause)
+        return await self._open()
+
+    async def _open(self) -> AsyncConnection:
+        if self._channel is None:
+            self._channel = await self._resolve()
+        options: dict[str, Any] = {"autocommit": True}
+        if self._connect_timeout is not None:
+            options["connect_timeout"] = self._connect_timeout
+        conn = await AsyncConnection.connect(self._conninfo, **options)
+        try:
+            await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self._channel)))
+        except BaseException:
+            await conn.close()
+            raise
+        self._conn = conn
+        return conn
+
+    async def wait(self, timeout: float) -> bool:
+        """Wait for one notification, ``timeout`` seconds at most; whether one came.
+        A notification that arrived since the last wait is kept by psycopg for
+        this call (3.3 tested); were one ever dropped, the timeout is the fallback."""
+        conn = await self.connect()
+        async for _ in conn.notifies(timeout=timeout, stop_after=1):
+            return True
+        return False
+
+    def healthy(self) -> None:
+        """Work on the connection succeeded: the next loss retries from the first delay."""
+        self._backoff.reset()
+
+    async def lost(self) -> float:
+        """The connection was lost: drop it; the next :meth:`connect` waits
+        the returned backoff first."""
+        await self.close()
+        self.reconnects += 1
+        self._pause = self._backoff.next()
+        return self._pause
+
+    async def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None and not conn.closed:
+            await conn.close()
+
+    async def run(self, wake: AsyncEvent, stop: AsyncEvent, logger: logging.Logger, extra: dict[str, Any]) -> None:
+        """Listen until ``stop`` is set, setting ``wake`` on every notification
+        and on each (re)connect (anything sent while not listening);
+        reconnect with backoff on a lost connection (the caller polls meanwhile)."""
+        try:
+            while not stop.is_set():
+                try:
+                    conn = await self._open()
+                    self.healthy()
+                    logger.debug("listening on %s", self._channel, extra={**extra, "channel": self._channel})
+                    wake.set()
+                    while not stop.is_set():
+                        # Short slices: the threaded form notices a stop between them.
+                        async for _notify in conn.notifies(timeout=0.25):
+                            wake.set()
+                    return
+                except TRANSIENT_ERRORS as error:
+                    pause = await self.lost()
+                    if stop.is_set():
+                        return
+                    logger.warning("LISTEN connection lost (%s); reconnecting in %.1fs (polling meanwhile)",
+                                   one_line(error), pause, extra=extra)
+                except Exception:
+                    pause = await self.lost()
+                    logger.exception("LISTEN connection failed; polling only, retrying in %.1fs", pause,
+                                     extra=extra)
+                self._pause = 0.0  # waited here, where a stop ends it
+                await stop.wait(pause)
+        finally:
+            await self.close()
