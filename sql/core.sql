@@ -164,6 +164,37 @@ COMMENT ON FUNCTION alk.now() IS
 '(alk.clock_privilege(); others get LK005); RESET alk.now unpins. '
 'Example: SELECT alk.now();';
 
+-- Name limits (landed in 0012_security.sql): a role may be limited to the
+-- queues, streams, locks, outboxes and schedules whose names start with one
+-- of its prefixes, so teams can share a database. The limits are rows of a
+-- private table, managed by alk.limit_names (an admin's function): a custom
+-- setting would not do, anyone can SET one. The caller is the session user,
+-- as for the clock privilege. A role without rows is unrestricted, and pays
+-- one index probe that finds nothing.
+CREATE TABLE alk.name_limits (
+    role_oid oid NOT NULL,
+    prefix text NOT NULL,
+    PRIMARY KEY (role_oid, prefix)
+);
+COMMENT ON TABLE alk.name_limits IS 'Name prefixes a role is limited to, by role oid (private; alk.limit_names manages it).';
+
+-- Whether the session user may use name. An outbox's backing queue
+-- alk:outbox:<name> counts as the outbox's name; other reserved names
+-- (alk:scheduler) are outside every limit.
+CREATE FUNCTION alk._in_scope(name text)
+RETURNS boolean
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT coalesce(bool_or(starts_with(
+               CASE WHEN starts_with(name, 'alk:outbox:') THEN substr(name, 12) ELSE name END, l.prefix)
+               AND NOT (starts_with(name, 'alk:') AND NOT starts_with(name, 'alk:outbox:'))), true)
+      FROM alk.name_limits l
+     WHERE l.role_oid = to_regrole(quote_ident(session_user))::oid
+$$;
+COMMENT ON FUNCTION alk._in_scope(text) IS
+'internal: whether the session user may use name (true for a role without name limits)';
+
 -- Name rule: non-empty text of at most 1024 bytes; the prefix alk: is
 -- reserved for pyalk's own names unless the caller is pyalk itself
 -- (reserved_ok). Names lead index keys, and a btree entry stops at 2704
@@ -172,7 +203,7 @@ COMMENT ON FUNCTION alk.now() IS
 -- prefixes (alk:outbox:<name>).
 CREATE FUNCTION alk._check_name(argument text, value text, reserved_ok boolean DEFAULT false)
 RETURNS text
-LANGUAGE plpgsql IMMUTABLE
+LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
@@ -186,10 +217,17 @@ BEGIN
     IF NOT reserved_ok AND pg_catalog.starts_with(value, 'alk:') THEN
         PERFORM alk._raise('LK001', argument || ' ' || alk._show(value) || ' uses the reserved prefix ''alk:''');
     END IF;
+    -- Names of things (not worker ids, owners, consumers) obey name limits.
+    IF argument IN ('queue', 'stream', 'name', 'outbox') AND NOT alk._in_scope(value) THEN
+        PERFORM alk._raise('LK005', argument || ' ' || alk._show(value) || ' is outside the names role '
+            || alk._show(session_user::text) || ' may use (its prefixes: '
+            || (SELECT pg_catalog.string_agg(alk._show(l.prefix), ', ' ORDER BY l.prefix) FROM alk.name_limits l
+                 WHERE l.role_oid = pg_catalog.to_regrole(pg_catalog.quote_ident(session_user))::oid) || ')');
+    END IF;
     RETURN value;
 END
 $$;
-COMMENT ON FUNCTION alk._check_name(text, text, boolean) IS 'internal: LK001 unless value is a non-empty name of at most 1024 bytes outside the reserved alk: prefix';
+COMMENT ON FUNCTION alk._check_name(text, text, boolean) IS 'internal: LK001 unless value is a non-empty name of at most 1024 bytes outside the reserved alk: prefix; LK005 when a queue, stream, lock, outbox or schedule name is outside the session user''s name limits';
 
 -- Saturating bigint arithmetic: stamp sums never raise "bigint out of range"
 -- and never poison a row; the result is clamped to the bigint domain.

@@ -50,7 +50,8 @@ AS $$
         -- the scheduler's leader loop holds the reserved lock alk:scheduler
         ('admin', '_try_lock'), ('admin', '_renew_lock'), ('admin', '_release_lock'),
         ('admin', 'grant_reader'), ('admin', 'grant_producer'), ('admin', 'grant_worker'), ('admin', 'grant_admin'),
-        ('admin', 'revoke_all'), ('admin', 'role_grants'), ('admin', 'role_functions')
+        ('admin', 'revoke_all'), ('admin', 'role_grants'), ('admin', 'role_functions'),
+        ('admin', 'limit_names'), ('admin', 'name_limits')
     ) AS l(kind, function_name)
 $$;
 COMMENT ON FUNCTION alk._role_functions() IS
@@ -221,6 +222,51 @@ $$;
 COMMENT ON FUNCTION alk.role_functions(text) IS
 'The functions alk.grant_<kind> grants, as signatures: kind is reader, producer, worker or admin (else LK002). '
 'Example: SELECT * FROM alk.role_functions(''worker'');';
+
+-- name limits -----------------------------------------------------------------
+
+-- Limit role to the queues, streams, locks, outboxes and schedules whose names
+-- start with one of prefixes (the table and the check live in core.sql).
+CREATE FUNCTION alk.limit_names(role text, prefixes text[])
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    target oid := alk._role_oid('role', limit_names.role);
+    prefix text;
+BEGIN
+    FOREACH prefix IN ARRAY coalesce(prefixes, ARRAY[]::text[]) LOOP
+        IF prefix IS NULL OR prefix = '' OR starts_with(prefix, 'alk:') OR octet_length(prefix) > 1024 THEN
+            PERFORM alk._raise('LK002', 'prefixes must be non-empty names of at most 1024 bytes outside the reserved '
+                || 'prefix ''alk:'', got ' || alk._show(prefix));
+        END IF;
+    END LOOP;
+    DELETE FROM alk.name_limits l WHERE l.role_oid = target;
+    INSERT INTO alk.name_limits (role_oid, prefix)
+        SELECT DISTINCT target, p FROM unnest(prefixes) AS p;
+    RETURN (SELECT count(*) FROM alk.name_limits l WHERE l.role_oid = target);
+END
+$$;
+COMMENT ON FUNCTION alk.limit_names(text, text[]) IS
+'Limit role to the queues, streams, locks, outboxes and schedules whose names start with one of prefixes (replacing '
+'its earlier limits); NULL or an empty array lifts them. Every function that takes such a name refuses another with '
+'LK005; job operations by id (ack, retry, fail, heartbeat) treat a job of another queue as not held; queue_stats() '
+'and list_schedules() show only names in reach. Applies to the session user (the login role). Returns how many '
+'prefixes are in force. Example: SELECT alk.limit_names(''team_a_worker'', ARRAY[''team-a.'']);';
+
+CREATE FUNCTION alk.name_limits()
+RETURNS TABLE (role text, prefix text)
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT coalesce(r.rolname::text, l.role_oid::text), l.prefix
+      FROM alk.name_limits l LEFT JOIN pg_catalog.pg_roles r ON r.oid = l.role_oid
+     ORDER BY 1, 2
+$$;
+COMMENT ON FUNCTION alk.name_limits() IS
+'Every name limit: the role and a prefix it may use (alk.limit_names sets them). '
+'Example: SELECT * FROM alk.name_limits();';
 
 -- Re-apply every recorded kind: a version that adds a function to a list
 -- ends with SELECT alk._regrant(); so existing roles get it.

@@ -9,6 +9,10 @@
 --    the clock privilege: EXECUTE on alk.clock_privilege() (LK005 otherwise).
 -- 3. Roles as code: alk.grant_reader/producer/worker/admin(role) and
 --    alk.revoke_all(role), with the lists in alk._role_functions.
+-- 4. Name limits: alk.limit_names(role, prefixes) keeps a role to the
+--    queues, streams, locks, outboxes and schedules under its prefixes;
+--    alk._check_name enforces them (LK005), alk._holds treats a job outside
+--    them as not held, queue_stats() and list_schedules() filter by them.
 
 
 CREATE OR REPLACE FUNCTION alk.clock_privilege()
@@ -97,6 +101,148 @@ COMMENT ON FUNCTION alk.now() IS
 'Example: SELECT alk.now();';
 
 DROP FUNCTION alk._clock_setting_invalid(text);
+
+-- name limits --------------------------------------------------------------
+
+-- Name limits (landed in 0012_security.sql): a role may be limited to the
+-- queues, streams, locks, outboxes and schedules whose names start with one
+-- of its prefixes, so teams can share a database. The limits are rows of a
+-- private table, managed by alk.limit_names (an admin's function): a custom
+-- setting would not do, anyone can SET one. The caller is the session user,
+-- as for the clock privilege. A role without rows is unrestricted, and pays
+-- one index probe that finds nothing.
+CREATE TABLE alk.name_limits (
+    role_oid oid NOT NULL,
+    prefix text NOT NULL,
+    PRIMARY KEY (role_oid, prefix)
+);
+COMMENT ON TABLE alk.name_limits IS 'Name prefixes a role is limited to, by role oid (private; alk.limit_names manages it).';
+
+CREATE OR REPLACE FUNCTION alk._in_scope(name text)
+RETURNS boolean
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT coalesce(bool_or(starts_with(
+               CASE WHEN starts_with(name, 'alk:outbox:') THEN substr(name, 12) ELSE name END, l.prefix)
+               AND NOT (starts_with(name, 'alk:') AND NOT starts_with(name, 'alk:outbox:'))), true)
+      FROM alk.name_limits l
+     WHERE l.role_oid = to_regrole(quote_ident(session_user))::oid
+$$;
+COMMENT ON FUNCTION alk._in_scope(text) IS
+'internal: whether the session user may use name (true for a role without name limits)';
+
+CREATE OR REPLACE FUNCTION alk._check_name(argument text, value text, reserved_ok boolean DEFAULT false)
+RETURNS text
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF value IS NULL OR value = '' THEN
+        PERFORM alk._raise('LK001', argument || ' must be a non-empty name, got ' || alk._show(value));
+    END IF;
+    IF pg_catalog.octet_length(value) > 1024 THEN
+        PERFORM alk._raise('LK001', argument || ' must be at most 1024 bytes long, got '
+            || pg_catalog.octet_length(value) || ' bytes: ' || alk._show(value));
+    END IF;
+    IF NOT reserved_ok AND pg_catalog.starts_with(value, 'alk:') THEN
+        PERFORM alk._raise('LK001', argument || ' ' || alk._show(value) || ' uses the reserved prefix ''alk:''');
+    END IF;
+    -- Names of things (not worker ids, owners, consumers) obey name limits.
+    IF argument IN ('queue', 'stream', 'name', 'outbox') AND NOT alk._in_scope(value) THEN
+        PERFORM alk._raise('LK005', argument || ' ' || alk._show(value) || ' is outside the names role '
+            || alk._show(session_user::text) || ' may use (its prefixes: '
+            || (SELECT pg_catalog.string_agg(alk._show(l.prefix), ', ' ORDER BY l.prefix) FROM alk.name_limits l
+                 WHERE l.role_oid = pg_catalog.to_regrole(pg_catalog.quote_ident(session_user))::oid) || ')');
+    END IF;
+    RETURN value;
+END
+$$;
+COMMENT ON FUNCTION alk._check_name(text, text, boolean) IS 'internal: LK001 unless value is a non-empty name of at most 1024 bytes outside the reserved alk: prefix; LK005 when a queue, stream, lock, outbox or schedule name is outside the session user''s name limits';
+
+CREATE OR REPLACE FUNCTION alk._holds(job alk.jobs, worker_id text, attempt bigint, clock bigint)
+RETURNS boolean
+LANGUAGE sql STABLE PARALLEL SAFE
+AS $$
+    SELECT job.state OPERATOR(pg_catalog.=) 'processing'
+       AND job.worker_id OPERATOR(pg_catalog.=) worker_id
+       AND (attempt IS NULL OR job.attempts OPERATOR(pg_catalog.=) attempt)
+       AND job.claim_expires_at OPERATOR(pg_catalog.>=) clock
+       AND alk._in_scope(job.queue)
+$$;
+COMMENT ON FUNCTION alk._holds(alk.jobs, text, bigint, bigint) IS 'internal: the claimed-job validity predicate (name limits included: a job outside them is never held)';
+
+CREATE OR REPLACE FUNCTION alk.queue_stats(queue text DEFAULT NULL)
+RETURNS SETOF alk.queue_stat
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    clock bigint := alk.now();
+    only_queue text := queue_stats.queue;
+BEGIN
+    IF only_queue IS NOT NULL THEN
+        -- Read-only, so reserved names (outbox backing queues) are accepted.
+        PERFORM alk._check_name('queue', only_queue, true);
+    END IF;
+    -- Every row is in exactly one of the three partial indexes (pending,
+    -- processing, dead), and each leads with the queue: the queue names come
+    -- from a loose scan of the three (three index probes per queue, whatever
+    -- the row count), and each count is an index-only scan of one queue's
+    -- entries in one of them. Nothing reads the heap but for pages the
+    -- visibility map does not yet know to be all-visible.
+    RETURN QUERY
+    WITH RECURSIVE names(name) AS (
+        SELECT coalesce(only_queue, '')
+        UNION ALL
+        SELECT least(
+            (SELECT j.queue FROM alk.jobs j WHERE j.state = 'pending' AND j.queue > n.name ORDER BY j.queue LIMIT 1),
+            (SELECT j.queue FROM alk.jobs j WHERE j.state = 'processing' AND j.queue > n.name
+              ORDER BY j.queue LIMIT 1),
+            (SELECT j.queue FROM alk.jobs j WHERE j.state = 'dead' AND j.queue > n.name ORDER BY j.queue LIMIT 1))
+          FROM names n WHERE n.name IS NOT NULL AND only_queue IS NULL
+    )
+    SELECT n.name, p.pending, p.ready, p.pending - p.ready, r.processing, r.lapsed, d.dead,
+           alk._sat_sub(clock, p.oldest_ready), p.next_run_at
+      FROM names n
+     CROSS JOIN LATERAL (
+        SELECT count(*) AS pending,
+               count(*) FILTER (WHERE j.run_at <= clock) AS ready,
+               min(j.run_at) FILTER (WHERE j.run_at <= clock) AS oldest_ready,
+               min(j.run_at) FILTER (WHERE j.run_at > clock) AS next_run_at
+          FROM alk.jobs j WHERE j.queue = n.name AND j.state = 'pending') p
+     CROSS JOIN LATERAL (
+        SELECT count(*) AS processing,
+               count(*) FILTER (WHERE j.claim_expires_at < clock) AS lapsed
+          FROM alk.jobs j WHERE j.queue = n.name AND j.state = 'processing') r
+     CROSS JOIN LATERAL (
+        SELECT count(*) AS dead
+          FROM alk.jobs j WHERE j.queue = n.name AND j.state = 'dead') d
+     WHERE n.name IS NOT NULL AND n.name <> '' AND alk._in_scope(n.name)
+     ORDER BY n.name;
+END
+$$;
+COMMENT ON FUNCTION alk.queue_stats(text) IS
+'One row per queue (every queue holding a job, reserved outbox queues included; or only the given queue, even when '
+'empty): pending (= ready + scheduled), ready (pending and due), scheduled (pending, run_at in the future), '
+'processing (leased, lapsed included), lapsed (lease ended: claimable again), dead, oldest_ready_age_s (now minus '
+'the earliest run_at of a ready job: the queue''s lag; NULL when none is ready) and next_run_at (the earliest run_at '
+'of a scheduled job; NULL when none). Cost: index-only scans of the partial indexes, linear in the rows counted '
+'(docs/worker.md has numbers). Example: SELECT * FROM alk.queue_stats();';
+
+CREATE OR REPLACE FUNCTION alk.list_schedules()
+RETURNS SETOF alk.schedule
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT s.name, s.spec, s.queue, s.priority, s.max_attempts, s.expires, s.payload, s.tz, s.next_fire_at
+      FROM alk.schedules s
+     WHERE alk._in_scope(s.name)
+     ORDER BY s.name
+$$;
+COMMENT ON FUNCTION alk.list_schedules() IS
+'Every schedule, by name. Example: SELECT name, spec, tz, next_fire_at FROM alk.list_schedules();';
 
 CREATE OR REPLACE FUNCTION alk.tick(now bigint DEFAULT alk.now())
 RETURNS TABLE (schedule_name text, queue text, fire_at bigint, job_id bigint)
@@ -198,7 +344,8 @@ AS $$
         -- the scheduler's leader loop holds the reserved lock alk:scheduler
         ('admin', '_try_lock'), ('admin', '_renew_lock'), ('admin', '_release_lock'),
         ('admin', 'grant_reader'), ('admin', 'grant_producer'), ('admin', 'grant_worker'), ('admin', 'grant_admin'),
-        ('admin', 'revoke_all'), ('admin', 'role_grants'), ('admin', 'role_functions')
+        ('admin', 'revoke_all'), ('admin', 'role_grants'), ('admin', 'role_functions'),
+        ('admin', 'limit_names'), ('admin', 'name_limits')
     ) AS l(kind, function_name)
 $$;
 COMMENT ON FUNCTION alk._role_functions() IS
@@ -369,6 +516,51 @@ $$;
 COMMENT ON FUNCTION alk.role_functions(text) IS
 'The functions alk.grant_<kind> grants, as signatures: kind is reader, producer, worker or admin (else LK002). '
 'Example: SELECT * FROM alk.role_functions(''worker'');';
+
+-- name limits -----------------------------------------------------------------
+
+-- Limit role to the queues, streams, locks, outboxes and schedules whose names
+-- start with one of prefixes (the table and the check live in core.sql).
+CREATE FUNCTION alk.limit_names(role text, prefixes text[])
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    target oid := alk._role_oid('role', limit_names.role);
+    prefix text;
+BEGIN
+    FOREACH prefix IN ARRAY coalesce(prefixes, ARRAY[]::text[]) LOOP
+        IF prefix IS NULL OR prefix = '' OR starts_with(prefix, 'alk:') OR octet_length(prefix) > 1024 THEN
+            PERFORM alk._raise('LK002', 'prefixes must be non-empty names of at most 1024 bytes outside the reserved '
+                || 'prefix ''alk:'', got ' || alk._show(prefix));
+        END IF;
+    END LOOP;
+    DELETE FROM alk.name_limits l WHERE l.role_oid = target;
+    INSERT INTO alk.name_limits (role_oid, prefix)
+        SELECT DISTINCT target, p FROM unnest(prefixes) AS p;
+    RETURN (SELECT count(*) FROM alk.name_limits l WHERE l.role_oid = target);
+END
+$$;
+COMMENT ON FUNCTION alk.limit_names(text, text[]) IS
+'Limit role to the queues, streams, locks, outboxes and schedules whose names start with one of prefixes (replacing '
+'its earlier limits); NULL or an empty array lifts them. Every function that takes such a name refuses another with '
+'LK005; job operations by id (ack, retry, fail, heartbeat) treat a job of another queue as not held; queue_stats() '
+'and list_schedules() show only names in reach. Applies to the session user (the login role). Returns how many '
+'prefixes are in force. Example: SELECT alk.limit_names(''team_a_worker'', ARRAY[''team-a.'']);';
+
+CREATE FUNCTION alk.name_limits()
+RETURNS TABLE (role text, prefix text)
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT coalesce(r.rolname::text, l.role_oid::text), l.prefix
+      FROM alk.name_limits l LEFT JOIN pg_catalog.pg_roles r ON r.oid = l.role_oid
+     ORDER BY 1, 2
+$$;
+COMMENT ON FUNCTION alk.name_limits() IS
+'Every name limit: the role and a prefix it may use (alk.limit_names sets them). '
+'Example: SELECT * FROM alk.name_limits();';
 
 -- Re-apply every recorded kind: a version that adds a function to a list
 -- ends with SELECT alk._regrant(); so existing roles get it.

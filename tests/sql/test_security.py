@@ -318,3 +318,68 @@ def test_the_security_page_runs_in_psql_as_its_roles(db, dsn, tmp_path):
             if one(db, "SELECT count(*) FROM pg_roles WHERE rolname = %s", name):
                 db.execute(f'DROP OWNED BY "{name}"')
                 db.execute(f'DROP ROLE "{name}"')
+
+
+# name limits ---------------------------------------------------------------------------------
+
+
+def test_a_limited_role_reaches_only_names_under_its_prefixes(db, role):
+    team_a = role("worker")
+    db.execute("SELECT alk.grant_producer(%s), alk.grant_reader(%s)", [user_of(team_a)] * 2)
+    assert one(db, "SELECT alk.limit_names(%s, ARRAY['team-a.', 'shared.', 'team-a.'])", user_of(team_a)) == 2
+    other_job = one(db, "SELECT alk.enqueue('team-b.q', '1')")
+    db.execute("SELECT * FROM alk.claim('team-b.q', 'b-worker', 1)")
+    db.execute("SELECT alk.try_lock('team-b.l', 'b', 60), alk.publish('team-b.s', '1')")
+    with login(team_a) as conn:
+        own = one(conn, "SELECT alk.enqueue('team-a.q', '1')")
+        assert one(conn, "SELECT id FROM alk.claim('team-a.q', 'a-worker', 1)") == own
+        assert one(conn, "SELECT alk.ack(%s, 'a-worker', 1)", own) is True
+        one(conn, "SELECT alk.outbox_enqueue('shared.mail', '1')")
+        outbox_id = one(conn, "SELECT id FROM alk.outbox_claim('shared.mail', 'a-worker', 1)")
+        assert one(conn, "SELECT alk.ack(%s, 'a-worker', 1)", outbox_id) is True
+        for statement in ["SELECT * FROM alk.claim('team-b.q', 'a-worker', 1)", "SELECT alk.enqueue('team-b.q', '1')",
+                          "SELECT alk.try_lock('team-b.l', 'a', 60)", "SELECT alk.publish('team-b.s', '2')",
+                          "SELECT * FROM alk.read_from_consumer('team-b.s', 'c', 10)",
+                          "SELECT alk.outbox_enqueue('team-b.mail', '1')", "SELECT * FROM alk.get_job('team-b.q', 1)",
+                          "SELECT alk.next_claim_at('team-b.q')", "SELECT alk.queue_channel('team-b.q')",
+                          "SELECT * FROM alk.queue_stats('team-b.q')"]:
+            with raises_lk("LK005", "is outside the names role", "'team-a.'", "'shared.'"):
+                conn.execute(statement)
+        # A job of another team's queue is never held, whatever the worker id and token.
+        assert one(conn, "SELECT alk.ack(%s, 'b-worker', 1)", other_job) is False
+        assert one(conn, "SELECT alk.heartbeat(%s, 'b-worker', NULL, 600)", other_job) is False
+        assert one(conn, "SELECT alk.ack_batch(ARRAY[%s]::bigint[], 'b-worker')", other_job) == 0
+        visible = {row[0] for row in conn.execute("SELECT queue FROM alk.queue_stats()")}
+        assert "team-b.q" not in visible and visible <= {"team-a.q", "alk:outbox:shared.mail"}
+        # no setting lifts it
+        conn.execute("SET alk.name_limits = 'off'")
+        with raises_lk("LK005"):
+            conn.execute("SELECT * FROM alk.claim('team-b.q', 'a-worker', 1)")
+    assert one(db, "SELECT state FROM alk.get_job('team-b.q', %s)", other_job) == "processing"
+    assert db.execute("SELECT * FROM alk.name_limits() WHERE role = %s", [user_of(team_a)]).fetchall() == [
+        (user_of(team_a), "shared."), (user_of(team_a), "team-a.")]
+    assert one(db, "SELECT alk.limit_names(%s, NULL)", user_of(team_a)) == 0
+    with login(team_a) as conn:
+        assert conn.execute("SELECT * FROM alk.claim('team-b.q', 'a-worker', 1)").fetchall() == []
+
+
+@pytest.mark.parametrize(("prefixes", "fragment"), [
+    ("ARRAY['']", "got ''"), ("ARRAY['alk:outbox:']", "'alk:outbox:'"), ("ARRAY['ok', NULL]", "got NULL"),
+])
+def test_bad_prefixes_are_lk002_and_change_nothing(db, role, prefixes, fragment):
+    name = user_of(role("worker"))
+    db.execute("SELECT alk.limit_names(%s, ARRAY['keep.'])", [name])
+    with raises_lk("LK002", fragment):
+        db.execute(f"SELECT alk.limit_names(%s, {prefixes})", [name])
+    assert db.execute("SELECT prefix FROM alk.name_limits() WHERE role = %s", [name]).fetchall() == [("keep.",)]
+
+
+def test_the_worker_process_runs_as_a_limited_role(db, role):
+    worker = role("worker")
+    db.execute("SELECT alk.limit_names(%s, ARRAY['team-a.'])", [user_of(worker)])
+    db.execute("SELECT alk.enqueue_batch('team-a.q', ARRAY['1', '2']::jsonb[])")
+    result = _pyalk("worker", "tests.cli.handlers:record", "-q", "team-a.q", "--burst", "--dsn", worker)
+    assert result.returncode == 0, result.stderr
+    assert "worker stopped: 2 acked" in result.stdout + result.stderr
+    result = _pyalk("worker", "tests.cli.handlers:record", "-q", "team-b.q", "--burst", "--dsn", worker)
+    assert result.returncode == 1 and "outside the names" in result.stderr
