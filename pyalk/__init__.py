@@ -45,6 +45,7 @@ from pyalk.options import QueueOpts
 from pyalk.schedule_value import Fired, Schedule
 from pyalk.stop_token import AsyncStopToken, StopToken
 from pyalk.stream_event import StreamEvent
+from pyalk.tasks import Task, TaskError, Tasks
 from pyalk.worker_types import PermanentError, QueueStats, WorkerCounts
 
 __all__ = [
@@ -86,6 +87,9 @@ __all__ = [
     "Stream",
     "StreamEvent",
     "Subscription",
+    "Task",
+    "TaskError",
+    "Tasks",
     "Worker",
     "WorkerCounts",
 ]

@@ -11,11 +11,13 @@ import inspect
 import json
 import logging
 import os
+import shlex
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -35,10 +37,26 @@ from rich.progress import (
 from rich.table import Table
 from rich.text import Text
 
-from pyalk import Alk, AsyncAlk, AsyncWorker, PermanentError, Worker, WorkerCounts, demo, embedded, log, migrate
+from pyalk import (
+    Alk,
+    AsyncAlk,
+    AsyncWorker,
+    Job,
+    PermanentError,
+    QueueStats,
+    Worker,
+    WorkerCounts,
+    demo,
+    embedded,
+    extension,
+    log,
+    migrate,
+)
 from pyalk.errors import AlkError
-from pyalk.install import install_script
+from pyalk.install import install_script, versions
 from pyalk.router import router_install
+from pyalk.tasks import Task as TaskDefinition
+from pyalk.tasks import Tasks
 
 
 def _dsn(args: argparse.Namespace, *, stop_at_exit: bool = False) -> str:
@@ -52,6 +70,17 @@ def _dsn(args: argparse.Namespace, *, stop_at_exit: bool = False) -> str:
 
 class CliError(Exception):
     """A user-facing failure: printed as one line."""
+
+
+class UsageError(CliError):
+    """A bad command line argument: one line and exit code 2, like argparse's."""
+
+
+def literal_console(*, stderr: bool = False) -> Console:
+    """A console that prints every string as it is: queue names, payloads and
+    error texts are data, never rich markup (``[b]`` stays ``[b]``). Styles
+    come only from :class:`Text` spans built here."""
+    return Console(stderr=stderr, markup=False, highlight=False, emoji=False)
 
 
 def _database(args: argparse.Namespace) -> str:
@@ -119,28 +148,90 @@ def cmd_migrate(args: argparse.Namespace, console: Console) -> None:
     before = migrate.current(dsn)
     migrate.upgrade(dsn)
     after = migrate.current(dsn)
-    console.print(f"pyalk schema: {before or 'not installed'} -> {after}")
+    console.print(f"pyalk schema: {before or 'not installed'} -> {after}", soft_wrap=True)
 
 
 def cmd_sql(args: argparse.Namespace, console: Console) -> None:
-    sys.stdout.write(router_install(args.router) if args.router else install_script(after=args.after))
+    sys.stdout.write(router_install(args.router) if args.router else install_script(after=_known_version(args.after)))
 
 
 def cmd_extension(args: argparse.Namespace, console: Console) -> None:
-    from pathlib import Path
-
-    from pyalk.extension import write
-
-    for path in write(Path(args.out)):
+    for path in extension.write(Path(args.out)):
         console.print(str(path), highlight=False)
+
+
+def _known_version(after: str | None) -> str | None:
+    """``--after`` must name a version of the chain (pyalk.install.versions())."""
+    known = [version.number for version in versions()]
+    if after is not None and after not in known:
+        raise UsageError(f"--after {after!r} is not a pyalk version: known versions are {', '.join(known)}"
+                         " (without --after: the install into a database without pyalk)")
+    return after
 
 
 def cmd_demo(args: argparse.Namespace, console: Console) -> None:
     dsn = args.dsn or os.environ.get("PYALK_DSN")
-    if not dsn:
-        console.print("starting an embedded PostgreSQL ...")
-        dsn = embedded.start(stop_at_exit=not args.keep_server)
+    if dsn:
+        demo.run(dsn, jobs=args.jobs, workers=args.workers, console=console)
+        return
+    # A server that was already running (pyalk server start) stays running.
+    keep = args.keep_server or embedded.info().running
+    console.print("starting an embedded PostgreSQL ...")
+    dsn = embedded.start(stop_at_exit=not keep)
     demo.run(dsn, jobs=args.jobs, workers=args.workers, console=console)
+    server = embedded.info()
+    if keep:
+        _print_server(server, console, "the embedded PostgreSQL keeps running")
+    else:
+        embedded.stop(server.data_dir)
+        console.print(f"the embedded PostgreSQL stopped; its data stays in {server.data_dir}", soft_wrap=True)
+        console.print("  reuse it:  pyalk server start  (or pyalk demo --keep-server)", soft_wrap=True)
+        console.print("  remove it: pyalk server stop --delete", soft_wrap=True)
+
+
+# the embedded server ------------------------------------------------------------
+
+
+def _print_server(server: Any, console: Console, headline: str) -> None:
+    """Everything needed to reach, stop and remove the embedded server, as
+    commands that work when pasted."""
+    console.print(f"{headline}: data in {server.data_dir}, unix socket only (no TCP port)", soft_wrap=True)
+    console.print(f"  dsn:    {server.conninfo}", soft_wrap=True)
+    console.print(f"  psql:   {server.psql_command()}", soft_wrap=True)
+    console.print(f"  pyalk:  export PYALK_DSN={shlex.quote(server.conninfo)}", soft_wrap=True)
+    console.print("  stop:   pyalk server stop   (remove its data too: pyalk server stop --delete)", soft_wrap=True)
+
+
+def cmd_server(args: argparse.Namespace, console: Console) -> int | None:
+    """``pyalk server start|stop|status|url``: the embedded PostgreSQL that
+    ``--embedded`` and the demo use (``PYALK_EMBEDDED_DIR`` chooses its data)."""
+    if args.delete and args.action != "stop":
+        raise UsageError("--delete goes with pyalk server stop")
+    if args.action == "start":
+        migrate.upgrade(embedded.start(stop_at_exit=False))
+        _print_server(embedded.info(), console, "the embedded PostgreSQL is running")
+        return None
+    if args.action == "stop":
+        data_dir = embedded.default_data_dir()
+        was_running = embedded.stop(delete=args.delete)
+        done = "stopped" if was_running else "was not running"
+        console.print(f"the embedded PostgreSQL {done}"
+                      + (f"; removed {data_dir}" if args.delete else f"; its data stays in {data_dir}"),
+                      soft_wrap=True)
+        return None
+    server = embedded.info()
+    if args.action == "url":
+        if not server.running:
+            raise CliError(f"the embedded PostgreSQL is not running (data in {server.data_dir}): pyalk server start")
+        sys.stdout.write(f"{server.conninfo}\n")
+        return None
+    if not server.running:
+        console.print(f"the embedded PostgreSQL is not running: data in {server.data_dir}"
+                      f"{'' if server.data_dir.exists() else ' (none yet)'}; start it with: pyalk server start",
+                      soft_wrap=True)
+        return 3  # as pg_ctl status: not running
+    _print_server(server, console, "the embedded PostgreSQL is running")
+    return None
 
 
 # queue commands --------------------------------------------------------------
@@ -160,95 +251,137 @@ def cmd_enqueue(args: argparse.Namespace, console: Console) -> None:
         queue = alk.queue(args.queue)
         if args.payload != "-":
             job_id = queue.enqueue(_json_argument(args.payload, "the payload"), **options)
-            console.print(job_id)
+            console.print(str(job_id))
             return
         # JSON Lines on stdin: one job per non-blank line, enqueued in batches.
         payloads = [_json_argument(line, f"line {number} of stdin")
                     for number, line in enumerate(sys.stdin, start=1) if line.strip()]
         ids: list[int] = []
-        columns = (TextColumn(f"enqueue into {args.queue!r}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-        with Progress(*columns, console=Console(stderr=True), transient=True) as progress:
+        columns = (TextColumn(f"enqueue into {args.queue!r}", markup=False), BarColumn(), MofNCompleteColumn(),
+                   TimeElapsedColumn())
+        with Progress(*columns, console=literal_console(stderr=True), transient=True) as progress:
             task = progress.add_task("enqueue", total=len(payloads))
             for start in range(0, len(payloads), args.batch):
                 ids += queue.enqueue_batch(payloads[start:start + args.batch], **options)
                 progress.advance(task, len(payloads[start:start + args.batch]))
         span = f" (ids {ids[0]}..{ids[-1]})" if ids else ""
-        console.print(f"enqueued {len(ids)} jobs into {args.queue!r}{span}")
+        console.print(f"enqueued {_plural(len(ids), 'job')} into {args.queue!r}{span}", soft_wrap=True)
+
+
+def _plural(count: int, noun: str) -> str:
+    """``1 job``, ``2 jobs``, ``0 jobs``."""
+    return f"{count:,} {noun}{'' if count == 1 else 's'}"
 
 
 def _stats_table(alk: Alk, queue: str | None) -> RenderableType:
     stats = alk.stats(queue)
     now = int(alk.executor.value("SELECT alk.now()"))
+    return _render_stats(stats, now)
+
+
+def _render_stats(stats: Sequence[QueueStats], now: int) -> RenderableType:
+    """The status table. Cells are Text, so a queue named ``x[/]`` is shown
+    as it is; no cell wraps, so a row is one line in a pipe."""
     if not stats:
         return Text("no jobs in any queue")
     table = Table(title=f"pyalk queues at {_stamp(now)} UTC", title_justify="left")
     for name, justify in (("queue", "left"), ("ready", "right"), ("scheduled", "right"), ("running", "right"),
                           ("lapsed", "right"), ("dead", "right"), ("oldest ready", "right"),
                           ("next due", "right")):
-        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+        table.add_column(name, justify=justify, no_wrap=True, overflow="ellipsis")  # type: ignore[arg-type]
     for row in stats:
         table.add_row(
-            row.queue,
-            f"{row.ready:,}",
-            f"{row.scheduled:,}",
-            f"{row.processing - row.lapsed:,}",
-            f"[yellow]{row.lapsed:,}[/yellow]" if row.lapsed else "0",
-            f"[red]{row.dead:,}[/red]" if row.dead else "0",
-            _ago(row.oldest_ready_age_s),
-            "-" if row.next_run_at is None else "in " + _ago(row.next_run_at - now),
+            Text(row.queue),
+            Text(f"{row.ready:,}"),
+            Text(f"{row.scheduled:,}"),
+            Text(f"{row.processing - row.lapsed:,}"),
+            Text(f"{row.lapsed:,}", style="yellow" if row.lapsed else ""),
+            Text(f"{row.dead:,}", style="red" if row.dead else ""),
+            Text(_ago(row.oldest_ready_age_s)),
+            Text("-" if row.next_run_at is None else "in " + _ago(row.next_run_at - now)),
         )
     return table
 
 
+def _print_json(document: Any) -> None:
+    """One JSON document on stdout: data only, for scripts."""
+    sys.stdout.write(json.dumps(document, ensure_ascii=False) + "\n")
+
+
 def cmd_status(args: argparse.Namespace, console: Console) -> None:
+    if args.json and args.watch:
+        raise UsageError("--json prints one document: it does not combine with --watch")
     with _client(args) as alk:
+        if args.json:
+            _print_json([dataclasses.asdict(row) for row in alk.stats(args.queue)])
+            return
         if not args.watch:
             console.print(_stats_table(alk, args.queue))
             return
+        # Ctrl-C ends the watch through main: exit code 130, as documented.
         refreshes = 0
-        try:
-            with Live(_stats_table(alk, args.queue), console=console, auto_refresh=False) as live:
-                while args.count is None or refreshes < args.count:
-                    refreshes += 1
-                    if refreshes > 1:
-                        time.sleep(args.interval)  # the refresh period of the display
-                    live.update(_stats_table(alk, args.queue), refresh=True)
-        except KeyboardInterrupt:
-            pass
+        with Live(_stats_table(alk, args.queue), console=console, auto_refresh=False) as live:
+            while args.count is None or refreshes < args.count:
+                refreshes += 1
+                if refreshes > 1:
+                    time.sleep(args.interval)  # the refresh period of the display
+                live.update(_stats_table(alk, args.queue), refresh=True)
 
 
 def cmd_jobs(args: argparse.Namespace, console: Console) -> None:
     with _client(args) as alk:
         jobs = alk.queue(args.queue).list_jobs(args.state, limit=args.limit, after_id=args.after_id)
     if args.json:
-        for job in jobs:
-            sys.stdout.write(json.dumps(dataclasses.asdict(job)) + "\n")
+        _print_json([dataclasses.asdict(job) for job in jobs])
         return
     if not jobs:
-        console.print(f"no {args.state + ' ' if args.state else ''}jobs in {args.queue!r}")
+        console.print(f"no {args.state + ' ' if args.state else ''}jobs in {args.queue!r}", soft_wrap=True)
         return
-    table = Table(title=f"{args.state or 'all'} jobs of {args.queue!r}", title_justify="left")
-    for name in ("id", "state", "attempts", "run at (UTC)"):
-        table.add_column(name, no_wrap=True)
-    for name in ("worker", "last error", "payload"):
-        table.add_column(name, overflow="fold")
-    for job in jobs:
-        payload = json.dumps(job.payload)
-        table.add_row(
-            str(job.id), job.state, f"{job.attempts}/{job.max_attempts}",
-            _stamp(job.died_at if job.state == "dead" else job.run_at),
-            job.worker_id or "-", job.last_error or "-",
-            payload if len(payload) <= 60 else payload[:57] + "...",
-        )
-    console.print(table)
+    console.print(_jobs_table(jobs, Text(f"{args.state or 'all'} jobs of {args.queue!r}"), console.width))
     if len(jobs) == args.limit:
         console.print(f"more may follow: --after-id {jobs[-1].id}")
 
 
+def _jobs_table(jobs: Sequence[Job], title: Text, width: int) -> Table:
+    """One line per job in ``width`` columns: cells never wrap (a payload is
+    never broken mid-word); the last error and the payload share what the
+    other columns leave and end in an ellipsis when they do not fit
+    (``--json`` has them whole). A narrow console loses the worker column."""
+    headers = ["id", "state", "attempts", "run at (UTC)", "worker", "last error", "payload"]
+    rows = [[
+        str(job.id), job.state, f"{job.attempts}/{job.max_attempts}",
+        _stamp(job.died_at if job.state == "dead" else job.run_at), job.worker_id or "-",
+        _one_line(job.last_error or "-"), json.dumps(job.payload, ensure_ascii=False),
+    ] for job in jobs]
+    natural = [max(len(header), *(len(row[i]) for row in rows)) for i, header in enumerate(headers)]
+    # Rich's own shrinking collapses no-wrap columns to nothing: share by hand.
+    left = width - sum(natural[:-2]) - (3 * len(headers) + 1)
+    if left < 2 * 12:
+        left += natural[4] + 3
+        del headers[4], natural[4]
+        for row in rows:
+            del row[4]
+    shortest = 8
+    error_width = max(shortest, min(natural[-2], left // 2))
+    payload_width = max(shortest, min(natural[-1], left - error_width))
+    error_width = max(shortest, min(natural[-2], left - payload_width))
+    table = Table(title=title, title_justify="left")
+    for header, column_width in zip(headers, [*natural[:-2], error_width, payload_width], strict=True):
+        table.add_column(header, no_wrap=True, overflow="ellipsis", width=column_width)
+    for row in rows:
+        table.add_row(*(Text(cell) for cell in row))
+    return table
+
+
+def _one_line(text: str) -> str:
+    """A multi-line error (a traceback's last lines) as one table line."""
+    return " ".join(text.split())
+
+
 def cmd_requeue_dead(args: argparse.Namespace, console: Console) -> None:
-    with _client(args) as alk, console.status(f"requeueing dead jobs of {args.queue!r}"):
+    with _client(args) as alk, console.status(Text(f"requeueing dead jobs of {args.queue!r}")):
         moved = alk.queue(args.queue).requeue_dead(args.ids)
-    console.print(f"requeued {moved} dead job{'s' if moved != 1 else ''} of {args.queue!r}")
+    console.print(f"requeued {_plural(moved, 'dead job')} of {args.queue!r}", soft_wrap=True)
 
 
 # worker --------------------------------------------------------------------------
@@ -262,12 +395,11 @@ def _is_async(handler: Any) -> bool:
 @contextmanager
 def _worker_display(worker: Worker | AsyncWorker, args: argparse.Namespace) -> Iterator[None]:
     """Logs on stderr; on a terminal, a live line of counts under them."""
-    errors = Console(stderr=True)
+    errors = literal_console(stderr=True)
     if not errors.is_terminal or args.log_format == "json":
         log.configure(args.log_level, args.log_format)
         yield
         return
-
     class Counts(ProgressColumn):
         def render(self, task: Task) -> Text:
             c = worker.counts
@@ -277,15 +409,13 @@ def _worker_display(worker: Worker | AsyncWorker, args: argparse.Namespace) -> I
     handler = RichHandler(console=errors, show_path=False)
     handler.setFormatter(logging.Formatter("%(message)s"))
     log.configure(args.log_level, handler=handler)
-    with Progress(SpinnerColumn(), TextColumn(f"worker on {worker.queue.name!r}:"), Counts(), TimeElapsedColumn(),
-                  console=errors, transient=True):
+    title = TextColumn(f"worker on {worker.queue.name!r}:", markup=False)
+    with Progress(SpinnerColumn(), title, Counts(), TimeElapsedColumn(), console=errors, transient=True):
         yield
 
 
 def cmd_worker(args: argparse.Namespace, console: Console) -> None:
-    handler = _import(args.target, "the handler")
-    if not callable(handler):
-        raise CliError(f"{args.target} is not callable")
+    handler = _worker_handler(_import(args.target, "the handler"), args)
     fail_on: list[type[BaseException]] = [PermanentError]
     for spec in args.fail_on:
         error_class = _import(spec, "--fail-on")
@@ -293,8 +423,7 @@ def cmd_worker(args: argparse.Namespace, console: Console) -> None:
             raise CliError(f"--fail-on {spec} is not an exception class")
         fail_on.append(error_class)
     dsn = _database(args)
-    with psycopg.connect(dsn, connect_timeout=10):  # fail now, in one line, when it is unreachable
-        pass
+    _check_before_working(dsn, args.queue)
     options: dict[str, Any] = {
         "concurrency": args.concurrency, "worker_id": args.worker_id, "fail_on": tuple(fail_on),
         "batch_size": args.batch_size, "poll_interval": args.poll_interval, "grace_period": args.grace,
@@ -314,8 +443,50 @@ def cmd_worker(args: argparse.Namespace, console: Console) -> None:
             worker = Worker(alk, args.queue, handler, **options)
             with _worker_display(worker, args):
                 counts = worker.run()
+    _report_worker(counts, args, console)
+
+
+def _worker_handler(target: Any, args: argparse.Namespace) -> Any:
+    """The function the worker calls: the target itself, or for a
+    :class:`pyalk.Tasks` registry its dispatcher over the tasks of the queue
+    (``--queue`` may be left out when the registry has one queue)."""
+    if isinstance(target, TaskDefinition):
+        raise CliError(f"{args.target} is one task: run its registry (the pyalk.Tasks it was registered on)")
+    if isinstance(target, Tasks):
+        queues = target.queues()
+        if args.queue is None and len(queues) == 1:
+            args.queue = queues[0]
+        if args.queue is None:
+            on = ", ".join(map(repr, queues)) or "no queue"
+            raise UsageError(f"--queue is required: {args.target} has tasks on {on}")
+        try:
+            return target.handler(args.queue)
+        except ValueError as error:
+            raise CliError(f"{args.target}: {error}") from None
+    if not callable(target):
+        raise CliError(f"{args.target} is not callable")
+    if args.queue is None:
+        raise UsageError("--queue is required")
+    return target
+
+
+def _check_before_working(dsn: str, queue: str) -> None:
+    """Fail in one line before the worker starts (and logs "worker started"):
+    an unreachable server, a schema this pyalk cannot run on (the client's
+    check at connect), or a queue name the SQL name rule refuses
+    (``alk:outbox:billing`` is reserved)."""
+    with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn, Alk(conn) as alk:
+        # The same name rule alk.claim applies, through a read that claims nothing.
+        alk.queue(queue).list_jobs(limit=1)
+
+
+def _report_worker(counts: WorkerCounts, args: argparse.Namespace, console: Console) -> None:
+    """The summary on exit on stdout; with ``--log-format json`` stdout stays
+    empty: the worker's own "worker stopped" record carries the counts."""
+    if args.log_format == "json":
+        return
     console.print(f"worker stopped: {counts.acked} acked, {counts.retried} retried, {counts.failed} failed, "
-                  f"{counts.lost} lost, {counts.abandoned} left to lease expiry")
+                  f"{counts.lost} lost, {counts.abandoned} left to lease expiry", soft_wrap=True)
 
 
 def _positive_int(text: str) -> int:
@@ -368,10 +539,17 @@ def parser() -> argparse.ArgumentParser:
     demo.add_argument("--keep-server", action="store_true", help="leave the embedded server running")
     demo.set_defaults(run=cmd_demo)
 
+    server = commands.add_parser("server", help="start, stop or show the embedded PostgreSQL (--embedded, demo)")
+    server.add_argument("action", choices=("start", "stop", "status", "url"),
+                        help="start (and migrate) | stop | status (exit 3: not running) | url (print its DSN)")
+    server.add_argument("--delete", action="store_true", help="with stop: remove its data directory too")
+    server.set_defaults(run=cmd_server)
+
     worker = commands.add_parser("worker", help="run a worker: call module:function on every job of a queue")
     worker.add_argument("target", metavar="module:function",
-                        help="the handler; an async def runs on asyncio, a plain function on a thread pool")
-    worker.add_argument("--queue", "-q", required=True)
+                        help="the handler (an async def runs on asyncio, a plain function on a thread pool),"
+                             " or a pyalk.Tasks registry")
+    worker.add_argument("--queue", "-q", help="the queue to work (required, unless a registry has only one)")
     worker.add_argument("--concurrency", "-c", type=_positive_int, default=10, help="handlers at once (10)")
     worker.add_argument("--worker-id", help="default: host:pid:random")
     worker.add_argument("--fail-on", action="append", default=[], metavar="module:Exception",
@@ -407,6 +585,7 @@ def parser() -> argparse.ArgumentParser:
     status.add_argument("--watch", "-w", action="store_true", help="refresh until Ctrl-C")
     status.add_argument("--interval", type=_positive_float, default=2.0, help="seconds between refreshes (2)")
     status.add_argument("--count", type=_positive_int, help="with --watch: stop after this many refreshes")
+    status.add_argument("--json", action="store_true", help="one JSON array of alk.queue_stats rows, for scripts")
     database_options(status)
     status.set_defaults(run=cmd_status)
 
@@ -415,7 +594,7 @@ def parser() -> argparse.ArgumentParser:
     jobs.add_argument("--state", choices=("pending", "processing", "dead"))
     jobs.add_argument("--limit", type=_positive_int, default=20)
     jobs.add_argument("--after-id", type=int, help="page on: the last id of the previous page")
-    jobs.add_argument("--json", action="store_true", help="one JSON object per line, whole rows")
+    jobs.add_argument("--json", action="store_true", help="one JSON array of whole rows, for scripts")
     database_options(jobs)
     jobs.set_defaults(run=cmd_jobs)
 
@@ -430,24 +609,27 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    console = Console(stderr=args.command == "sql")
-    errors = Console(stderr=True, highlight=False)
-    run: Callable[[argparse.Namespace, Console], None] = args.run
+    console = literal_console(stderr=args.command == "sql")
+    errors = literal_console(stderr=True)
+    run: Callable[[argparse.Namespace, Console], int | None] = args.run
     try:
-        run(args, console)
+        code = run(args, console)
+    except UsageError as error:
+        errors.print(Text.assemble(("error:", "red"), f" {error}"), soft_wrap=True)
+        return 2
     except (CliError, AlkError, RuntimeError) as error:
-        errors.print(f"[red]error:[/red] {error}", soft_wrap=True)
+        errors.print(Text.assemble(("error:", "red"), f" {error}"), soft_wrap=True)
         return 1
     except psycopg.Error as error:
         lines = str(error).strip().splitlines()
         message = lines[0] if lines else type(error).__name__
         if error.sqlstate in ("42883", "3F000"):  # undefined function, no such schema
             message += " (is pyalk installed in this database? run: pyalk migrate)"
-        errors.print(f"[red]database error:[/red] {message}", soft_wrap=True)
+        errors.print(Text.assemble(("database error:", "red"), f" {message}"), soft_wrap=True)
         return 1
     except KeyboardInterrupt:
         return 130
-    return 0
+    return code or 0
 
 
 if __name__ == "__main__":

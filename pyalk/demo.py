@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from pyalk import Alk, QueueOpts, migrate
 
@@ -26,7 +27,7 @@ class Tally:
 def run(conninfo: str, *, jobs: int = 5000, workers: int = 4, console: Console | None = None) -> Tally:
     console = console or Console()
     migrate.upgrade(conninfo)
-    console.print(f"[bold]pyalk[/bold] migrated to version {migrate.current(conninfo)}")
+    console.print(Text.assemble(("pyalk", "bold"), f" migrated to version {migrate.current(conninfo)}"))
     queue_name = f"demo-{int(time.time())}"
     tally = Tally()
     with Alk(conninfo, max_connections=workers + 1) as alk:

@@ -104,15 +104,19 @@ def _preamble(after: str | None) -> list[str]:
     """BEGIN, the lock and version table, and the guard that the database is at ``after``."""
     expected = "NULL" if after is None else f"'{after}'"
     return [
-        "-- pyalk install script: run with psql -v ON_ERROR_STOP=1 -1 -f <file> (or let it BEGIN itself).",
+        "-- pyalk install script: run with psql -v ON_ERROR_STOP=1 -f <file> (it is one transaction: BEGIN to COMMIT).",
         "BEGIN;",
+        # 0001's CREATE SCHEMA IF NOT EXISTS meets the schema the bootstrap made:
+        # no NOTICE about it (or any other) for this transaction only.
+        "SET LOCAL client_min_messages = warning;",
         BOOTSTRAP,
         f"""DO $pyalk$
 DECLARE installed text := (SELECT max(version_num) FROM alk.{VERSION_TABLE});
 BEGIN
     IF installed IS DISTINCT FROM {expected} THEN
-        RAISE EXCEPTION 'pyalk is installed at version %, this script expects %: use pyalk sql --after %',
-            coalesce(installed, 'none'), coalesce({expected}, 'none'), coalesce(installed, 'none');
+        RAISE EXCEPTION 'pyalk is installed at version %, this script expects %: use %',
+            coalesce(installed, 'none'), coalesce({expected}, 'none'),
+            CASE WHEN installed IS NULL THEN 'pyalk sql' ELSE 'pyalk sql --after ' || installed END;
     END IF;
 END
 $pyalk$;""",

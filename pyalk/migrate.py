@@ -7,8 +7,11 @@ Alembic environment: see docs/migrations.md.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
+import alembic
 import psycopg
 from alembic import command, op
 from alembic.config import Config
@@ -30,6 +33,29 @@ def alembic_config(connection: Any = None) -> Config:
     return config
 
 
+def upgrade_connection(connection: Any, revision: str = "head") -> None:
+    """Run pyalk's chain on a SQLAlchemy Connection, also from inside another
+    Alembic run (one of your revisions, or your env.py): docs/migrations.md.
+
+    Alembic's ``context`` and ``op`` are module-level proxies that a nested
+    run replaces and then empties; the outer run's are put back afterwards,
+    so your revision's ``op.execute`` and your env.py's ``context.configure``
+    keep working."""
+    with _outer_alembic_kept():
+        command.upgrade(alembic_config(connection), revision)
+
+
+@contextmanager
+def _outer_alembic_kept() -> Iterator[None]:
+    outer = [getattr(module, "_proxy", None) for module in (alembic.context, alembic.op)]
+    try:
+        yield
+    finally:
+        for proxy in outer:
+            if proxy is not None:
+                proxy._install_proxy()
+
+
 def upgrade(conninfo: str, revision: str = "head") -> None:
     """Migrate the database at ``conninfo`` (libpq conninfo or URI)."""
     engine = create_engine(
@@ -39,7 +65,7 @@ def upgrade(conninfo: str, revision: str = "head") -> None:
     )
     try:
         with engine.connect() as connection:
-            command.upgrade(alembic_config(connection), revision)
+            upgrade_connection(connection, revision)
             connection.commit()
     finally:
         engine.dispose()

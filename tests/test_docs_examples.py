@@ -12,7 +12,7 @@ import pytest
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 
 #: Pages whose ```sql blocks form one psql script, written to run top to bottom.
-RUNNABLE = ["queue.md", "outbox.md", "lock.md", "transactions.md"]
+RUNNABLE = ["queue.md", "outbox.md", "lock.md", "transactions.md", "stream.md", "tasks.md"]
 
 
 def psql_binary() -> str | None:
