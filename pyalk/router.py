@@ -45,6 +45,8 @@ ROUTES: dict[str, str] = {
     "revoke_all": "local",
     "role_grants": "local",
     "role_functions": "local",
+    "limit_names": "local",
+    "name_limits": "local",
     "cron_next": "any",
     "schema_info": "any",
     "list_schedules": "all",

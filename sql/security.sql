@@ -39,6 +39,8 @@ AS $$
         ('worker', 'claim'), ('worker', 'ack'), ('worker', 'ack_batch'), ('worker', 'retry'), ('worker', 'fail'),
         ('worker', 'heartbeat'), ('worker', 'release_jobs'), ('worker', 'settle_and_claim'),
         ('worker', 'next_claim_at'), ('worker', 'queue_channel'), ('worker', 'get_job'),
+        -- pyalk worker checks the queue name with list_jobs(queue, n => 1) before it starts
+        ('worker', 'list_jobs'),
         ('worker', 'outbox_claim'), ('worker', 'outbox_get_job'),
         ('worker', 'read_since'), ('worker', 'read_from_consumer'), ('worker', 'save_offset'),
         ('worker', 'get_offset'), ('worker', 'stream_channel'),
@@ -146,7 +148,7 @@ LANGUAGE sql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$ SELECT alk._grant_kind($1, 'worker') $$;
 COMMENT ON FUNCTION alk.grant_worker(text) IS
-'Let role work: claim, ack, ack_batch, retry, fail, heartbeat, next_claim_at, queue_channel, get_job, outbox_claim, '
+'Let role work: claim, ack, ack_batch, retry, fail, heartbeat, next_claim_at, queue_channel, get_job, list_jobs, outbox_claim, '
 'read_since, read_from_consumer, save_offset, get_offset, try_lock, renew_lock, release_lock, get_lock and the clock '
 '(what pyalk worker and outbox delivery run). Idempotent; returns how many functions it granted. '
 'Example: SELECT alk.grant_worker(''job_runner'');';

@@ -32,6 +32,8 @@ SQL_ONLY = {
     "revoke_all": "role administration: run from psql or a deploy migration (docs/security.md)",
     "role_grants": "role administration: inspect from psql (docs/security.md)",
     "role_functions": "role administration: inspect from psql (docs/security.md)",
+    "limit_names": "role administration: run from psql or a deploy migration (docs/security.md)",
+    "name_limits": "role administration: inspect from psql (docs/security.md)",
 }
 
 

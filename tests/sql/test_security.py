@@ -172,7 +172,8 @@ MAY_NOT = {
     "reader": ["SELECT alk.enqueue('q', '1')", "SELECT * FROM alk.claim('q', 'w', 1)", "SELECT alk.publish('s', '1')",
                "SELECT alk.try_lock('l', 'o', 5)", "SELECT alk.cancel('q', 1)", "SELECT alk.grant_reader('x')"],
     "producer": ["SELECT * FROM alk.claim('q', 'w', 1)", "SELECT alk.ack(1, 'w')", "SELECT alk.cancel('q', 1)",
-                 "SELECT alk.save_offset('s', 'c', 1)", "SELECT * FROM alk.list_jobs('q')"],
+                 "SELECT alk.save_offset('s', 'c', 1)", "SELECT * FROM alk.list_jobs('q')",
+                 "SELECT alk.limit_names('x', NULL)"],
     "worker": ["SELECT alk.cancel('q', 1)", "SELECT alk.sweep_expired('q')", "SELECT alk.trim_to('s', 1)",
                "SELECT alk.schedule('n', '@hourly', 'q')", "SELECT * FROM alk.tick()",
                "SELECT alk._try_lock('alk:scheduler', 'me', 60)", "SELECT alk.requeue_dead('q')",
@@ -288,7 +289,7 @@ def test_the_worker_process_and_cli_run_as_their_roles(db, role):
 
 # docs/security.md, run as written ------------------------------------------------------------
 
-DOC_ROLES = ("app_reader", "app_producer", "app_worker", "app_admin", "app_gone", "replay_tool")
+DOC_ROLES = ("app_reader", "app_producer", "app_worker", "app_admin", "app_gone", "replay_tool", "team_a_worker")
 
 
 def test_the_security_page_runs_in_psql_as_its_roles(db, dsn, tmp_path):
