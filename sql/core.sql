@@ -169,14 +169,27 @@ COMMENT ON FUNCTION alk.now() IS
 -- of its prefixes, so teams can share a database. The limits are rows of a
 -- private table, managed by alk.limit_names (an admin's function): a custom
 -- setting would not do, anyone can SET one. The caller is the session user,
--- as for the clock privilege. A role without rows is unrestricted, and pays
--- one index probe that finds nothing.
+-- as for the clock privilege. A role without rows is unrestricted; while no
+-- role has any, the checks are planned away (alk._limits_active).
 CREATE TABLE alk.name_limits (
     role_oid oid NOT NULL,
     prefix text NOT NULL,
     PRIMARY KEY (role_oid, prefix)
 );
 COMMENT ON TABLE alk.name_limits IS 'Name prefixes a role is limited to, by role oid (private; alk.limit_names manages it).';
+
+-- Whether any name limit exists, as a constant the planner folds: while it
+-- says false (no role is limited) the checks below vanish from every plan,
+-- so a database without limits pays nothing. alk.limit_names rewrites the
+-- body when the first limit appears or the last one goes; replacing a
+-- function invalidates the cached plans that inlined it, in every session.
+-- Inlinable, like alk.now: no SET clause and nothing to resolve.
+CREATE FUNCTION alk._limits_active()
+RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$ SELECT false $$;
+COMMENT ON FUNCTION alk._limits_active() IS
+'internal: whether any name limit exists (rewritten by alk.limit_names; constant-folded by the planner)';
 
 -- Whether the session user may use name. An outbox's backing queue
 -- alk:outbox:<name> counts as the outbox's name; other reserved names
@@ -218,7 +231,7 @@ BEGIN
         PERFORM alk._raise('LK001', argument || ' ' || alk._show(value) || ' uses the reserved prefix ''alk:''');
     END IF;
     -- Names of things (not worker ids, owners, consumers) obey name limits.
-    IF argument IN ('queue', 'stream', 'name', 'outbox') AND NOT alk._in_scope(value) THEN
+    IF alk._limits_active() AND argument IN ('queue', 'stream', 'name', 'outbox') AND NOT alk._in_scope(value) THEN
         PERFORM alk._raise('LK005', argument || ' ' || alk._show(value) || ' is outside the names role '
             || alk._show(session_user::text) || ' may use (its prefixes: '
             || (SELECT pg_catalog.string_agg(alk._show(l.prefix), ', ' ORDER BY l.prefix) FROM alk.name_limits l

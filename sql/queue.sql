@@ -97,7 +97,7 @@ AS $$
        AND job.worker_id OPERATOR(pg_catalog.=) worker_id
        AND (attempt IS NULL OR job.attempts OPERATOR(pg_catalog.=) attempt)
        AND job.claim_expires_at OPERATOR(pg_catalog.>=) clock
-       AND alk._in_scope(job.queue)
+       AND (NOT alk._limits_active() OR alk._in_scope(job.queue))
 $$;
 COMMENT ON FUNCTION alk._holds(alk.jobs, text, bigint, bigint) IS 'internal: the claimed-job validity predicate (name limits included: a job outside them is never held)';
 
@@ -724,7 +724,7 @@ BEGIN
      CROSS JOIN LATERAL (
         SELECT count(*) AS dead
           FROM alk.jobs j WHERE j.queue = n.name AND j.state = 'dead') d
-     WHERE n.name IS NOT NULL AND n.name <> '' AND alk._in_scope(n.name)
+     WHERE n.name IS NOT NULL AND n.name <> '' AND (NOT alk._limits_active() OR alk._in_scope(n.name))
      ORDER BY n.name;
 END
 $$;

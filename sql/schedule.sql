@@ -847,7 +847,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT s.name, s.spec, s.queue, s.priority, s.max_attempts, s.expires, s.payload, s.tz, s.next_fire_at
       FROM alk.schedules s
-     WHERE alk._in_scope(s.name)
+     WHERE NOT alk._limits_active() OR alk._in_scope(s.name)
      ORDER BY s.name
 $$;
 COMMENT ON FUNCTION alk.list_schedules() IS

@@ -237,6 +237,7 @@ AS $$
 DECLARE
     target oid := alk._role_oid('role', limit_names.role);
     prefix text;
+    active boolean;
 BEGIN
     FOREACH prefix IN ARRAY coalesce(prefixes, ARRAY[]::text[]) LOOP
         IF prefix IS NULL OR prefix = '' OR starts_with(prefix, 'alk:') OR octet_length(prefix) > 1024 THEN
@@ -247,6 +248,14 @@ BEGIN
     DELETE FROM alk.name_limits l WHERE l.role_oid = target;
     INSERT INTO alk.name_limits (role_oid, prefix)
         SELECT DISTINCT target, p FROM unnest(prefixes) AS p;
+    -- Switch the checks on with the first limit and off after the last one
+    -- (sql/core.sql, alk._limits_active); CREATE OR REPLACE keeps its
+    -- comment and grants.
+    active := EXISTS (SELECT 1 FROM alk.name_limits);
+    IF active IS DISTINCT FROM alk._limits_active() THEN
+        EXECUTE pg_catalog.format('CREATE OR REPLACE FUNCTION alk._limits_active() RETURNS boolean '
+            'LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $body$ SELECT %s $body$', CASE WHEN active THEN 'true' ELSE 'false' END);
+    END IF;
     RETURN (SELECT count(*) FROM alk.name_limits l WHERE l.role_oid = target);
 END
 $$;

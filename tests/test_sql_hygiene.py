@@ -42,7 +42,8 @@ SQL_ONLY = {
 #: _sat_add and _sat_sub, saturating stamp arithmetic in every WHERE and SET;
 #: _holds, the claimed-job predicate of ack/retry/fail/heartbeat (sql/queue.sql);
 #: _purge_at, the retention rule the sweep's index is built on.
-INLINABLE = {"now", "_sat_add", "_sat_sub", "_holds", "_purge_at"}
+#: _limits_active, the constant that plans the name-limit checks away (sql/core.sql).
+INLINABLE = {"now", "_sat_add", "_sat_sub", "_holds", "_purge_at", "_limits_active"}
 
 
 def _public_in(acl: str | None) -> bool:

@@ -109,14 +109,34 @@ DROP FUNCTION alk._clock_setting_invalid(text);
 -- of its prefixes, so teams can share a database. The limits are rows of a
 -- private table, managed by alk.limit_names (an admin's function): a custom
 -- setting would not do, anyone can SET one. The caller is the session user,
--- as for the clock privilege. A role without rows is unrestricted, and pays
--- one index probe that finds nothing.
+-- as for the clock privilege. A role without rows is unrestricted; while no
+-- role has any, the checks are planned away (alk._limits_active).
 CREATE TABLE alk.name_limits (
     role_oid oid NOT NULL,
     prefix text NOT NULL,
     PRIMARY KEY (role_oid, prefix)
 );
 COMMENT ON TABLE alk.name_limits IS 'Name prefixes a role is limited to, by role oid (private; alk.limit_names manages it).';
+
+-- Whether any name limit exists, as a constant the planner folds: while it
+-- says false (no role is limited) the checks below vanish from every plan,
+-- so a database without limits pays nothing. alk.limit_names rewrites the
+-- body when the first limit appears or the last one goes; replacing a
+-- function invalidates the cached plans that inlined it, in every session.
+-- Inlinable, like alk.now: no SET clause and nothing to resolve.
+CREATE FUNCTION alk._limits_active()
+RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$ SELECT false $$;
+COMMENT ON FUNCTION alk._limits_active() IS
+'internal: whether any name limit exists (rewritten by alk.limit_names; constant-folded by the planner)';
+
+CREATE OR REPLACE FUNCTION alk._limits_active()
+RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$ SELECT false $$;
+COMMENT ON FUNCTION alk._limits_active() IS
+'internal: whether any name limit exists (rewritten by alk.limit_names; constant-folded by the planner)';
 
 CREATE OR REPLACE FUNCTION alk._in_scope(name text)
 RETURNS boolean
@@ -149,7 +169,7 @@ BEGIN
         PERFORM alk._raise('LK001', argument || ' ' || alk._show(value) || ' uses the reserved prefix ''alk:''');
     END IF;
     -- Names of things (not worker ids, owners, consumers) obey name limits.
-    IF argument IN ('queue', 'stream', 'name', 'outbox') AND NOT alk._in_scope(value) THEN
+    IF alk._limits_active() AND argument IN ('queue', 'stream', 'name', 'outbox') AND NOT alk._in_scope(value) THEN
         PERFORM alk._raise('LK005', argument || ' ' || alk._show(value) || ' is outside the names role '
             || alk._show(session_user::text) || ' may use (its prefixes: '
             || (SELECT pg_catalog.string_agg(alk._show(l.prefix), ', ' ORDER BY l.prefix) FROM alk.name_limits l
@@ -168,7 +188,7 @@ AS $$
        AND job.worker_id OPERATOR(pg_catalog.=) worker_id
        AND (attempt IS NULL OR job.attempts OPERATOR(pg_catalog.=) attempt)
        AND job.claim_expires_at OPERATOR(pg_catalog.>=) clock
-       AND alk._in_scope(job.queue)
+       AND (NOT alk._limits_active() OR alk._in_scope(job.queue))
 $$;
 COMMENT ON FUNCTION alk._holds(alk.jobs, text, bigint, bigint) IS 'internal: the claimed-job validity predicate (name limits included: a job outside them is never held)';
 
@@ -219,7 +239,7 @@ BEGIN
      CROSS JOIN LATERAL (
         SELECT count(*) AS dead
           FROM alk.jobs j WHERE j.queue = n.name AND j.state = 'dead') d
-     WHERE n.name IS NOT NULL AND n.name <> '' AND alk._in_scope(n.name)
+     WHERE n.name IS NOT NULL AND n.name <> '' AND (NOT alk._limits_active() OR alk._in_scope(n.name))
      ORDER BY n.name;
 END
 $$;
@@ -238,7 +258,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT s.name, s.spec, s.queue, s.priority, s.max_attempts, s.expires, s.payload, s.tz, s.next_fire_at
       FROM alk.schedules s
-     WHERE alk._in_scope(s.name)
+     WHERE NOT alk._limits_active() OR alk._in_scope(s.name)
      ORDER BY s.name
 $$;
 COMMENT ON FUNCTION alk.list_schedules() IS
@@ -531,6 +551,7 @@ AS $$
 DECLARE
     target oid := alk._role_oid('role', limit_names.role);
     prefix text;
+    active boolean;
 BEGIN
     FOREACH prefix IN ARRAY coalesce(prefixes, ARRAY[]::text[]) LOOP
         IF prefix IS NULL OR prefix = '' OR starts_with(prefix, 'alk:') OR octet_length(prefix) > 1024 THEN
@@ -541,6 +562,14 @@ BEGIN
     DELETE FROM alk.name_limits l WHERE l.role_oid = target;
     INSERT INTO alk.name_limits (role_oid, prefix)
         SELECT DISTINCT target, p FROM unnest(prefixes) AS p;
+    -- Switch the checks on with the first limit and off after the last one
+    -- (sql/core.sql, alk._limits_active); CREATE OR REPLACE keeps its
+    -- comment and grants.
+    active := EXISTS (SELECT 1 FROM alk.name_limits);
+    IF active IS DISTINCT FROM alk._limits_active() THEN
+        EXECUTE pg_catalog.format('CREATE OR REPLACE FUNCTION alk._limits_active() RETURNS boolean '
+            'LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $body$ SELECT %s $body$', CASE WHEN active THEN 'true' ELSE 'false' END);
+    END IF;
     RETURN (SELECT count(*) FROM alk.name_limits l WHERE l.role_oid = target);
 END
 $$;

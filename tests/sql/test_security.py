@@ -364,6 +364,25 @@ def test_a_limited_role_reaches_only_names_under_its_prefixes(db, role):
         assert conn.execute("SELECT * FROM alk.claim('team-b.q', 'a-worker', 1)").fetchall() == []
 
 
+def test_limits_reach_sessions_already_open_and_lift_again(db, role):
+    """The checks are planned away while no limit exists (alk._limits_active):
+    the first limit must reach plans a session cached before it, and lifting
+    the last one must plan them away again."""
+    worker = role("worker")
+    with login(worker) as conn:
+        for _ in range(6):  # past plpgsql's custom-plan rounds, so plans are generic and cached
+            assert conn.execute("SELECT * FROM alk.claim('team-b.q', 'w', 1)").fetchall() == []
+            assert one(conn, "SELECT alk.ack(1, 'w')") is False
+        assert one(db, "SELECT alk._limits_active()") is False
+        db.execute("SELECT alk.limit_names(%s, ARRAY['team-a.'])", [user_of(worker)])
+        assert one(db, "SELECT alk._limits_active()") is True
+        with raises_lk("LK005"):
+            conn.execute("SELECT * FROM alk.claim('team-b.q', 'w', 1)")
+        db.execute("SELECT alk.limit_names(%s, ARRAY[]::text[])", [user_of(worker)])
+        assert one(db, "SELECT alk._limits_active()") is False
+        assert conn.execute("SELECT * FROM alk.claim('team-b.q', 'w', 1)").fetchall() == []
+
+
 @pytest.mark.parametrize(("prefixes", "fragment"), [
     ("ARRAY['']", "got ''"), ("ARRAY['alk:outbox:']", "'alk:outbox:'"), ("ARRAY['ok', NULL]", "got NULL"),
 ])
