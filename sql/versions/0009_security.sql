@@ -118,19 +118,6 @@ CREATE TABLE alk.name_limits (
 );
 COMMENT ON TABLE alk.name_limits IS 'Name prefixes a role is limited to, by role oid (private; alk.limit_names manages it).';
 
--- Whether any name limit exists, as a constant the planner folds: while it
--- says false (no role is limited) the checks below vanish from every plan,
--- so a database without limits pays nothing. alk.limit_names rewrites the
--- body when the first limit appears or the last one goes; replacing a
--- function invalidates the cached plans that inlined it, in every session.
--- Inlinable, like alk.now: no SET clause and nothing to resolve.
-CREATE FUNCTION alk._limits_active()
-RETURNS boolean
-LANGUAGE sql IMMUTABLE PARALLEL SAFE
-AS $$ SELECT false $$;
-COMMENT ON FUNCTION alk._limits_active() IS
-'internal: whether any name limit exists (rewritten by alk.limit_names; constant-folded by the planner)';
-
 CREATE OR REPLACE FUNCTION alk._limits_active()
 RETURNS boolean
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
