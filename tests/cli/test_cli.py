@@ -20,6 +20,7 @@ import psycopg
 import pytest
 
 from pyalk.cli import main
+from pyalk.install import head
 from tests.cli import handlers
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -111,7 +112,7 @@ def test_a_database_without_pyalk_says_so(capsys, dsn, db):
     code, _, err = run(capsys, "status", "--dsn", dsn)
     assert code == 1
     assert one_error_line(err) == (
-        "error: schema alk is not installed, or older than 0008 (this pyalk needs 0008): run pyalk migrate")
+        f"error: schema alk is not installed, or older than 0008 (this pyalk needs {head()}): run pyalk migrate")
 
 
 # status, jobs, requeue-dead -------------------------------------------------------
