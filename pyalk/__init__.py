@@ -39,6 +39,7 @@ from pyalk.errors import (
     LeadershipLost,
     LockLost,
     LockNotAcquired,
+    NotPermitted,
     SchemaMismatch,
 )
 from pyalk.job import Job
@@ -79,6 +80,7 @@ __all__ = [
     "LockInfo",
     "LockLost",
     "LockNotAcquired",
+    "NotPermitted",
     "Outbox",
     "PermanentError",
     "Queue",

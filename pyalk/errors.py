@@ -41,6 +41,13 @@ class LeadershipLost(AlkError):
     sqlstate = "LK004"
 
 
+class NotPermitted(AlkError, PermissionError):
+    """LK005: the caller's role lacks a pyalk privilege: pinning the clock
+    or ticking later than it without the clock privilege (docs/security.md)."""
+
+    sqlstate = "LK005"
+
+
 class CodecError(AlkError, ValueError):
     """A value the wrapper cannot encode for PostgreSQL (NaN, a set, a NUL
     character, a non-JSON type); raised before anything is sent."""
@@ -77,7 +84,7 @@ class LockLost(AlkError):
 #: SQLSTATE -> exception class, the single map the docs and tests check.
 BY_SQLSTATE: dict[str, type[AlkError]] = {
     cls.sqlstate: cls
-    for cls in (InvalidName, InvalidArgument, InvalidSchedule, LeadershipLost)
+    for cls in (InvalidName, InvalidArgument, InvalidSchedule, LeadershipLost, NotPermitted)
     if cls.sqlstate is not None
 }
 

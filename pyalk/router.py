@@ -31,9 +31,22 @@ ROUTING_ARGUMENTS = ("queue", "stream", "name", "outbox")
 #: partition, set results concatenated and then sorted by their first column
 #: (which is how a single server orders them); "hash_or_all": by the hash of
 #: the first argument, or every partition when it is NULL; "custom": a body
-#: of its own in _CUSTOM.
+#: of its own in _CUSTOM; "local": not proxied, because it manages the
+#: database it runs in (roles and grants: run it on each partition, and grant
+#: the router's own functions on the router).
 ROUTES: dict[str, str] = {
     "now": "any",
+    "pinned_clock": "any",
+    "clock_privilege": "local",
+    "grant_reader": "local",
+    "grant_producer": "local",
+    "grant_worker": "local",
+    "grant_admin": "local",
+    "revoke_all": "local",
+    "role_grants": "local",
+    "role_functions": "local",
+    "limit_names": "local",
+    "name_limits": "local",
     "cron_next": "any",
     "schema_info": "any",
     "list_schedules": "all",
@@ -318,6 +331,8 @@ def _function(function: Function) -> str:
         return _proxy(function.name, function.arguments, function.result, "alk._route_job(queue)")
     if route == "any":
         return _proxy(function.name, function.arguments, function.result, "ANY")
+    if route == "local":
+        return ""
     if route == "custom":
         # The custom body calls the function on every partition through _all_<name>.
         every = _CUSTOM_PROXIES.get(function.name) or _proxy(

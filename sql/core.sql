@@ -52,24 +52,100 @@ COMMENT ON FUNCTION alk._show(text) IS 'internal: a value quoted and shortened f
 
 -- The clock: integer unix seconds. A session may pin it for tests and
 -- replays with SET alk.now = '<integer>'; RESET (or an empty value) unpins.
+-- Pinning is a privilege (landed in 0012_security.sql): EXECUTE on
+-- alk.clock_privilege(), which the administrator grants (docs/security.md).
 --
 -- Hot-path helpers (alk.now and the saturating arithmetic below) are plain
 -- SQL expressions with no SET clause, so the planner inlines them into the
 -- calling statement: a SET clause would cost a call per use. They cannot be
 -- redirected by a caller's search_path: every function and operator in them
 -- is written pg_catalog-qualified (a test checks this).
-CREATE FUNCTION alk._clock_setting_invalid(setting text)
-RETURNS bigint
-LANGUAGE plpgsql VOLATILE
+--
+-- An inlined expression needs EXECUTE on every function it names, for the
+-- caller of SELECT alk.now() too: so the unpinned branch names pg_catalog
+-- functions only, and everything a pinned clock needs (the privilege check,
+-- the parse, the errors) sits in alk.pinned_clock, a public SECURITY DEFINER
+-- function every grant list carries. The unpinned hot path is one setting
+-- read and the wall clock, as before.
+
+-- The clock privilege: EXECUTE on this function. A grant rather than a
+-- role pyalk creates: roles are cluster-wide (a migration creating one
+-- collides across databases and fails without CREATEROLE on managed
+-- services), while a grant lives in this database, follows GRANT/REVOKE,
+-- role membership and pg_dump, and vanishes with a dropped role.
+CREATE FUNCTION alk.clock_privilege()
+RETURNS boolean
+LANGUAGE sql IMMUTABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT true $$;
+COMMENT ON FUNCTION alk.clock_privilege() IS
+'The clock privilege: a role with EXECUTE on this function may pin the clock (SET alk.now) and tick at an instant '
+'later than the clock; every other role gets LK005. Calling it just returns true. '
+'Example: GRANT EXECUTE ON FUNCTION alk.clock_privilege() TO replay_tool;';
+
+-- Who holds it: the session user. Inside SECURITY DEFINER bodies
+-- current_user is the owner, so it cannot name the caller; session_user is
+-- the role that logged in, which SET ROLE does not change. SET ROLE only
+-- narrows a session to a role it may RESET back from, so a login role that
+-- holds the privilege keeps it under SET ROLE, and one that does not cannot
+-- gain it (only a superuser session can SET SESSION AUTHORIZATION).
+CREATE FUNCTION alk._has_clock_privilege()
+RETURNS boolean
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT pg_catalog.has_function_privilege(session_user, 'alk.clock_privilege()'::regprocedure, 'EXECUTE')
+$$;
+COMMENT ON FUNCTION alk._has_clock_privilege() IS
+'internal: whether the session user holds the clock privilege (EXECUTE on alk.clock_privilege())';
+
+CREATE FUNCTION alk._require_clock_privilege(what text)
+RETURNS boolean
+LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
+    IF NOT alk._has_clock_privilege() THEN
+        PERFORM alk._raise('LK005', what || ' needs the clock privilege, which role ' || alk._show(session_user::text)
+            || ' does not hold (an administrator grants it: GRANT EXECUTE ON FUNCTION alk.clock_privilege() TO '
+            || pg_catalog.quote_ident(session_user::text) || ')');
+    END IF;
+    RETURN true;
+END
+$$;
+COMMENT ON FUNCTION alk._require_clock_privilege(text) IS
+'internal: LK005 naming what was refused unless the session user holds the clock privilege';
+
+CREATE FUNCTION alk.pinned_clock()
+RETURNS bigint
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    setting text := pg_catalog.current_setting('alk.now', true);
+BEGIN
+    IF setting IS NULL OR setting = '' THEN
+        RETURN NULL;
+    END IF;
+    PERFORM alk._require_clock_privilege('SET alk.now (pinning the clock)');
+    -- Nested, not AND: the numeric cast must only see digits.
+    IF setting ~ '^\s*[-+]?[0-9]{1,18}\s*$' THEN
+        RETURN setting::bigint;
+    ELSIF setting ~ '^\s*[-+]?[0-9]{19}\s*$' THEN
+        IF setting::numeric BETWEEN -9223372036854775808 AND 9223372036854775807 THEN
+            RETURN setting::bigint;
+        END IF;
+    END IF;
     PERFORM alk._raise('LK002', 'setting alk.now must hold an integer number of unix seconds in the bigint range, got '
         || alk._show(setting));
     RETURN NULL;
 END
 $$;
-COMMENT ON FUNCTION alk._clock_setting_invalid(text) IS 'internal: LK002 for an alk.now setting that is not a bigint';
+COMMENT ON FUNCTION alk.pinned_clock() IS
+'The instant SET alk.now pins for this session, or NULL when the clock is not pinned. LK005 when the session user '
+'lacks the clock privilege (alk.clock_privilege()), LK002 when the setting is not a bigint. alk.now() calls it '
+'whenever the setting is not empty, so every role that reads the clock needs EXECUTE on it (every grant list '
+'carries it). Example: SELECT alk.pinned_clock();';
 
 CREATE FUNCTION alk.now()
 RETURNS bigint
@@ -79,21 +155,58 @@ AS $$
         WHEN pg_catalog.current_setting('alk.now', true) IS NULL
           OR pg_catalog.current_setting('alk.now', true) OPERATOR(pg_catalog.=) ''
             THEN pg_catalog.floor(pg_catalog.date_part('epoch', pg_catalog.clock_timestamp()))::bigint
-        WHEN pg_catalog.current_setting('alk.now', true) OPERATOR(pg_catalog.~) '^\s*[-+]?[0-9]{1,18}\s*$'
-            THEN pg_catalog.current_setting('alk.now', true)::bigint
-        WHEN pg_catalog.current_setting('alk.now', true) OPERATOR(pg_catalog.~) '^\s*[-+]?[0-9]{19}\s*$'
-         AND pg_catalog.current_setting('alk.now', true)::numeric
-             OPERATOR(pg_catalog.>=) '-9223372036854775808'::numeric
-         AND pg_catalog.current_setting('alk.now', true)::numeric
-             OPERATOR(pg_catalog.<=) '9223372036854775807'::numeric
-            THEN pg_catalog.current_setting('alk.now', true)::bigint
-        ELSE alk._clock_setting_invalid(pg_catalog.current_setting('alk.now', true))
+        ELSE alk.pinned_clock()
     END
 $$;
 COMMENT ON FUNCTION alk.now() IS
 'The clock every alk function reads once per call: integer unix seconds. '
-'SET alk.now = ''1700000000'' pins it for the session (tests, replays); RESET alk.now unpins. '
+'SET alk.now = ''1700000000'' pins it for the session (tests, replays), for roles with the clock privilege '
+'(alk.clock_privilege(); others get LK005); RESET alk.now unpins. '
 'Example: SELECT alk.now();';
+
+-- Name limits (landed in 0012_security.sql): a role may be limited to the
+-- queues, streams, locks, outboxes and schedules whose names start with one
+-- of its prefixes, so teams can share a database. The limits are rows of a
+-- private table, managed by alk.limit_names (an admin's function): a custom
+-- setting would not do, anyone can SET one. The caller is the session user,
+-- as for the clock privilege. A role without rows is unrestricted; while no
+-- role has any, the checks are planned away (alk._limits_active).
+CREATE TABLE alk.name_limits (
+    role_oid oid NOT NULL,
+    prefix text NOT NULL,
+    PRIMARY KEY (role_oid, prefix)
+);
+COMMENT ON TABLE alk.name_limits IS 'Name prefixes a role is limited to, by role oid (private; alk.limit_names manages it).';
+
+-- Whether any name limit exists, as a constant the planner folds: while it
+-- says false (no role is limited) the checks below vanish from every plan,
+-- so a database without limits pays nothing. alk.limit_names rewrites the
+-- body when the first limit appears or the last one goes; replacing a
+-- function invalidates the cached plans that inlined it, in every session.
+-- Inlinable, like alk.now: no SET clause and nothing to resolve.
+CREATE FUNCTION alk._limits_active()
+RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$ SELECT false $$;
+COMMENT ON FUNCTION alk._limits_active() IS
+'internal: whether any name limit exists (rewritten by alk.limit_names; constant-folded by the planner)';
+
+-- Whether the session user may use name. An outbox's backing queue
+-- alk:outbox:<name> counts as the outbox's name; other reserved names
+-- (alk:scheduler) are outside every limit.
+CREATE FUNCTION alk._in_scope(name text)
+RETURNS boolean
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT coalesce(bool_or(starts_with(
+               CASE WHEN starts_with(name, 'alk:outbox:') THEN substr(name, 12) ELSE name END, l.prefix)
+               AND NOT (starts_with(name, 'alk:') AND NOT starts_with(name, 'alk:outbox:'))), true)
+      FROM alk.name_limits l
+     WHERE l.role_oid = to_regrole(quote_ident(session_user))::oid
+$$;
+COMMENT ON FUNCTION alk._in_scope(text) IS
+'internal: whether the session user may use name (true for a role without name limits)';
 
 -- Name rule: non-empty text of at most 1024 bytes; the prefix alk: is
 -- reserved for pyalk's own names unless the caller is pyalk itself
@@ -103,7 +216,7 @@ COMMENT ON FUNCTION alk.now() IS
 -- prefixes (alk:outbox:<name>).
 CREATE FUNCTION alk._check_name(argument text, value text, reserved_ok boolean DEFAULT false)
 RETURNS text
-LANGUAGE plpgsql IMMUTABLE
+LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
@@ -117,10 +230,17 @@ BEGIN
     IF NOT reserved_ok AND pg_catalog.starts_with(value, 'alk:') THEN
         PERFORM alk._raise('LK001', argument || ' ' || alk._show(value) || ' uses the reserved prefix ''alk:''');
     END IF;
+    -- Names of things (not worker ids, owners, consumers) obey name limits.
+    IF alk._limits_active() AND argument IN ('queue', 'stream', 'name', 'outbox') AND NOT alk._in_scope(value) THEN
+        PERFORM alk._raise('LK005', argument || ' ' || alk._show(value) || ' is outside the names role '
+            || alk._show(session_user::text) || ' may use (its prefixes: '
+            || (SELECT pg_catalog.string_agg(alk._show(l.prefix), ', ' ORDER BY l.prefix) FROM alk.name_limits l
+                 WHERE l.role_oid = pg_catalog.to_regrole(pg_catalog.quote_ident(session_user))::oid) || ')');
+    END IF;
     RETURN value;
 END
 $$;
-COMMENT ON FUNCTION alk._check_name(text, text, boolean) IS 'internal: LK001 unless value is a non-empty name of at most 1024 bytes outside the reserved alk: prefix';
+COMMENT ON FUNCTION alk._check_name(text, text, boolean) IS 'internal: LK001 unless value is a non-empty name of at most 1024 bytes outside the reserved alk: prefix; LK005 when a queue, stream, lock, outbox or schedule name is outside the session user''s name limits';
 
 -- The name rule as an inlinable expression for hot paths: valid names pass
 -- through at the cost of three comparisons folded into the caller's
@@ -135,6 +255,9 @@ AS $$
         WHEN value OPERATOR(pg_catalog.<>) ''
          AND pg_catalog.octet_length(value) OPERATOR(pg_catalog.<=) 1024
          AND (reserved_ok OR NOT pg_catalog.starts_with(value, 'alk:'))
+         -- While any role has name limits, every name goes through the full
+         -- check; otherwise this folds away (alk._limits_active is a constant).
+         AND NOT alk._limits_active()
             THEN value
         ELSE alk._check_name(argument, value, reserved_ok)
     END

@@ -127,14 +127,15 @@ ALTER TABLE alk.jobs SET (
 -- becomes part of each op's WHERE clause, next to the id's index probe.
 CREATE FUNCTION alk._holds(job alk.jobs, worker_id text, attempt bigint, clock bigint)
 RETURNS boolean
-LANGUAGE sql IMMUTABLE PARALLEL SAFE
+LANGUAGE sql STABLE PARALLEL SAFE
 AS $$
     SELECT job.state OPERATOR(pg_catalog.=) 'processing'
        AND job.worker_id OPERATOR(pg_catalog.=) worker_id
        AND (attempt IS NULL OR job.attempts OPERATOR(pg_catalog.=) attempt)
        AND job.claim_expires_at OPERATOR(pg_catalog.>=) clock
+       AND (NOT alk._limits_active() OR alk._in_scope(job.queue))
 $$;
-COMMENT ON FUNCTION alk._holds(alk.jobs, text, bigint, bigint) IS 'internal: the claimed-job validity predicate';
+COMMENT ON FUNCTION alk._holds(alk.jobs, text, bigint, bigint) IS 'internal: the claimed-job validity predicate (name limits included: a job outside them is never held)';
 
 -- The retention rule: a dead row is deleted once died_at <= now - retention
 -- (saturating). That holds from the instant this returns on (NULL: never),
@@ -1167,7 +1168,7 @@ BEGIN
      CROSS JOIN LATERAL (
         SELECT count(*) AS dead
           FROM alk.jobs j WHERE j.queue = n.name AND j.state = 'dead') d
-     WHERE n.name IS NOT NULL AND n.name <> ''
+     WHERE n.name IS NOT NULL AND n.name <> '' AND (NOT alk._limits_active() OR alk._in_scope(n.name))
      ORDER BY n.name;
 END
 $$;

@@ -846,6 +846,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT s.name, s.spec, s.queue, s.priority, s.max_attempts, s.expires, s.payload, s.tz, s.next_fire_at
       FROM alk.schedules s
+     WHERE NOT alk._limits_active() OR alk._in_scope(s.name)
      ORDER BY s.name
 $$;
 COMMENT ON FUNCTION alk.list_schedules() IS
@@ -876,6 +877,11 @@ DECLARE
     next_at bigint;
     ids bigint[];
 BEGIN
+    -- A tick later than the clock fires boundaries before they are due: the
+    -- clock privilege's (sql/core.sql). At or before the clock is anyone's.
+    IF tick.now > alk.now() THEN
+        PERFORM alk._require_clock_privilege('alk.tick at ' || tick.now || ', later than the clock,');
+    END IF;
     -- Lock the due schedules; a concurrent tick skips them, and one that
     -- comes after sees their advanced next_fire_at. So each boundary is
     -- enqueued once, and all of this is one transaction: a failure leaves
@@ -923,7 +929,8 @@ COMMENT ON FUNCTION alk.tick(bigint) IS
 'last one fired, or after now when the cap cut it short. A tick past 9999-12-31T23:59:59Z, where no boundary after '
 'now exists, leaves the schedule at its first unfired boundary instead: a tick never disables a schedule. '
 'Concurrent ticks never fire a boundary twice. Returns one row per job. Call it every few seconds, or use '
-'alk.scheduler_tick for one leader among several callers. Example: SELECT * FROM alk.tick();';
+'alk.scheduler_tick for one leader among several callers. An instant later than the clock needs the clock '
+'privilege (alk.clock_privilege(); else LK005). Example: SELECT * FROM alk.tick();';
 
 -- The leader's tick: leadership (the lease alk:scheduler) and the firing in
 -- one transaction. The lock row _try_lock writes stays locked until this

@@ -23,6 +23,17 @@ ROOT = Path(__file__).resolve().parent.parent
 #: Public functions with no Python binding, and why.
 SQL_ONLY = {
     "now": "the clock; Python code reads it through the functions that use it",
+    "pinned_clock": "the clock's pinned branch; alk.now() calls it",
+    "clock_privilege": "a privilege marker: GRANT EXECUTE on it, nobody needs to call it",
+    "grant_reader": "role administration: run from psql or a deploy migration (docs/security.md)",
+    "grant_producer": "role administration: run from psql or a deploy migration (docs/security.md)",
+    "grant_worker": "role administration: run from psql or a deploy migration (docs/security.md)",
+    "grant_admin": "role administration: run from psql or a deploy migration (docs/security.md)",
+    "revoke_all": "role administration: run from psql or a deploy migration (docs/security.md)",
+    "role_grants": "role administration: inspect from psql (docs/security.md)",
+    "role_functions": "role administration: inspect from psql (docs/security.md)",
+    "limit_names": "role administration: run from psql or a deploy migration (docs/security.md)",
+    "name_limits": "role administration: inspect from psql (docs/security.md)",
 }
 
 
@@ -31,7 +42,9 @@ SQL_ONLY = {
 #: _sat_add and _sat_sub, saturating stamp arithmetic in every WHERE and SET;
 #: _holds, the claimed-job predicate of ack/retry/fail/heartbeat (sql/queue.sql);
 #: _purge_at, the retention rule the sweep's index is built on.
-INLINABLE = {"now", "_sat_add", "_sat_sub", "_holds", "_purge_at", "_name_ok", "_channel", "_queue_channel"}
+#: _limits_active, the constant that plans the name-limit checks away (sql/core.sql).
+INLINABLE = {"now", "_sat_add", "_sat_sub", "_holds", "_purge_at", "_name_ok", "_channel", "_queue_channel",
+             "_limits_active"}
 
 
 def _public_in(acl: str | None) -> bool:
@@ -92,7 +105,7 @@ def test_granted_role_can_use_the_functions_but_not_the_tables(db, dsn):
     outsider = role + "_out"
     db.execute(f'CREATE ROLE "{outsider}" LOGIN')
     try:
-        # The recipe of docs/security.md, verbatim in shape.
+        # The broader grant of docs/security.md, verbatim in shape.
         db.execute(f'GRANT USAGE ON SCHEMA alk TO "{role}"')
         db.execute(f'GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA alk TO "{role}"')
         with psycopg.connect(dsn, user=role, autocommit=True) as app:
@@ -110,21 +123,14 @@ def test_granted_role_can_use_the_functions_but_not_the_tables(db, dsn):
         db.execute(f'DROP ROLE "{outsider}"')
 
 
-def test_least_privilege_recipe_grants_the_public_functions_only(db, dsn):
+def test_least_privilege_recipe_grants_kinds_not_helpers(db, dsn):
     role = "pyalk_lp_" + str(abs(hash(dsn)) % 10**8)
     db.execute(f'CREATE ROLE "{role}" LOGIN')
     try:
-        db.execute(f'GRANT USAGE ON SCHEMA alk TO "{role}"')
-        # The DO block of docs/security.md.
-        db.execute(f"""DO $$
-            DECLARE f regprocedure;
-            BEGIN
-                FOR f IN SELECT p.oid::regprocedure FROM pg_proc p
-                         WHERE p.pronamespace = 'alk'::regnamespace AND p.proname !~ '^_' LOOP
-                    EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO "{role}"', f);
-                END LOOP;
-            END $$""")
+        # The recipe of docs/security.md ("Roles as code").
+        db.execute("SELECT alk.grant_producer(%s), alk.grant_worker(%s)", [role, role])
         with psycopg.connect(dsn, user=role, autocommit=True) as app:
+            assert app.execute("SELECT alk.now()").fetchone()[0] > 1_700_000_000
             job_id = app.execute("SELECT alk.enqueue('q', '{}')").fetchone()[0]
             assert app.execute("SELECT id FROM alk.claim('q', 'w', 1)").fetchone()[0] == job_id
             assert app.execute("SELECT alk.try_lock('l', 'me', 60)").fetchone()[0] is True

@@ -94,8 +94,8 @@ def make_role(db: psycopg.Connection, dsn: str) -> Iterator[Callable[[str], str]
             sql = recipe("## A read-only role").replace("app_viewer", f'"{role}"')
             sql = sql.replace(f"CREATE ROLE \"{role}\" LOGIN PASSWORD '...';", f'CREATE ROLE "{role}" LOGIN;')
         else:
-            sql = f'CREATE ROLE "{role}" LOGIN; GRANT USAGE ON SCHEMA alk TO "{role}";\n' + recipe(
-                "for other roles grant the public functions only").replace("app_worker", f'"{role}"')
+            # docs/security.md's roles as code: the admin kind.
+            sql = f"CREATE ROLE \"{role}\" LOGIN; SELECT alk.grant_admin('{role}');"
         db.execute(sql)
         made.append(role)
         return psycopg.conninfo.make_conninfo(dsn, user=role)
