@@ -1517,8 +1517,10 @@ BEGIN
         PERFORM alk._raise('LK002', 'bucket_s must be a positive multiple of 60, got ' || coalesce(width::text, 'NULL'));
     END IF;
     first_bucket := coalesce(since, alk._sat_sub(clock, 3600));
-    first_bucket := first_bucket - ((first_bucket % width) + width) % width;
-    IF (clock - first_bucket) / width > 10080 THEN
+    -- Saturating: since may be any bigint (a boundary argument), width too.
+    first_bucket := alk._sat_sub(first_bucket, CASE WHEN first_bucket % width < 0 THEN first_bucket % width + width
+                                                    ELSE first_bucket % width END);
+    IF (clock::numeric - first_bucket) / width > 10080 THEN
         PERFORM alk._raise('LK002', 'since and bucket_s ask for more than 10080 buckets: widen bucket_s');
     END IF;
     -- Every bucket from since to now, zeros included, for every queue that
@@ -1536,7 +1538,7 @@ BEGIN
            coalesce(sum(c.acked), 0)::bigint, coalesce(sum(c.retried), 0)::bigint, coalesce(sum(c.dead), 0)::bigint
       FROM names n CROSS JOIN buckets b
       LEFT JOIN alk.queue_counts c
-        ON c.queue = n.queue AND c.minute >= b.bucket_at AND c.minute < b.bucket_at + width
+        ON c.queue = n.queue AND c.minute >= b.bucket_at AND c.minute < alk._sat_add(b.bucket_at, width)
      GROUP BY n.queue, b.bucket_at
      ORDER BY n.queue, b.bucket_at;
 END

@@ -261,3 +261,12 @@ def test_hostile_names_are_data(clocked):
     db.execute("SELECT alk.publish(%s, '{}')", [name])
     assert page(db, "pending", 5, queue=name)[0]["queue"] == name
     assert rows(db, "SELECT stream FROM alk.stream_stats(%s)", name) == [{"stream": name}]
+
+
+def test_queue_throughput_at_the_bigint_edges_saturates_or_refuses_never_overflows(db):
+    # A since at the bottom edge asks for more buckets than the cap: LK002, not 22003.
+    with raises_lk("LK002", "10080 buckets"):
+        db.execute("SELECT * FROM alk.queue_throughput(NULL, -9223372036854775808)")
+    # A bucket as wide as the range: one bucket, no overflow at its end.
+    rows = db.execute("SELECT * FROM alk.queue_throughput('q', NULL, 9223372036854775800)").fetchall()
+    assert len(rows) == 1 and rows[0][2:] == (0, 0, 0)
