@@ -36,6 +36,7 @@ class Mode:
     xmin_seconds: float
     e2e_jobs: int
     e2e_concurrency: tuple[int, ...]
+    e2e_repeats: int  # rounds of the end-to-end row (systems take turns; medians)
     #: The memory row: a worker's RSS after the first and after the last of these many jobs.
     memory_jobs: tuple[int, int]
     stream_events: int
@@ -60,6 +61,7 @@ QUICK = Mode(
     xmin_seconds=2.0,
     e2e_jobs=200,
     e2e_concurrency=(1, 10),
+    e2e_repeats=1,
     memory_jobs=(2_000, 20_000),
     stream_events=2_000,
     wake_samples=30,
@@ -77,8 +79,9 @@ FULL = Mode(
     latency_samples=200,
     stale_backlog=100_000,
     xmin_seconds=60.0,
-    e2e_jobs=3_000,
+    e2e_jobs=20_000,
     e2e_concurrency=(1, 10),
+    e2e_repeats=3,
     memory_jobs=(10_000, 1_000_000),
     stream_events=50_000,
     wake_samples=300,
