@@ -169,26 +169,59 @@ def e2e_process(ctx: Context) -> RowResult:
     )
 
 
+#: ALK_BENCH_MEMORY_JOBS="10000,300000" overrides the mode's (first, last)
+#: counts of the memory row (a loaded machine may not fit 10^6 jobs).
+MEMORY_JOBS_ENV = "ALK_BENCH_MEMORY_JOBS"
+
+
+def memory_checkpoints(first: int, last: int) -> list[int]:
+    """The handler counts at which the memory row reads the RSS: first, last
+    and a few between (x5, x10, x25, x50 ... of first), the growth curve."""
+    points = {first, last}
+    step = first
+    while step < last:
+        for factor in (1, 2.5, 5):
+            at = int(step * factor)
+            if first < at < last:
+                points.add(at)
+        step *= 10
+    return sorted(points)
+
+
+def memory_jobs(ctx: Context) -> tuple[int, int]:
+    text = os.environ.get(MEMORY_JOBS_ENV, "").strip()
+    if not text:
+        return ctx.mode.memory_jobs
+    first, last = (int(part) for part in text.split(","))
+    if not 0 < first < last:
+        raise ValueError(f"{MEMORY_JOBS_ENV} must be 'first,last' with 0 < first < last, got {text!r}")
+    return first, last
+
+
 @row(
     "e2e.memory",
     "e2e",
     "worker memory: RSS after the first jobs vs after many",
-    "One burst pyalk worker (each form, concurrency 10, defaults) processes N no-op jobs enqueued ahead; "
-    "its resident set is read (/proc/self/statm) when the handler has run the first checkpoint's count and "
-    "again at N. Target: RSS at N within 1.2x of RSS at the first checkpoint (no per-job growth).",
+    "One burst pyalk worker process (each form, concurrency 10, defaults) processes N no-op jobs enqueued "
+    "ahead; its resident set (VmRSS, /proc/self/statm) is read in the same run when the handler has run the "
+    "first checkpoint's count, at a few counts between, and at N. Target: RSS at N within 1.2x of RSS at the "
+    "first checkpoint (no per-job growth).",
     requires=lambda ctx: pyalk_worker.missing(),
 )
 def e2e_memory(ctx: Context) -> RowResult:
     started = time.perf_counter()
-    first, last = ctx.mode.memory_jobs
+    first, last = memory_jobs(ctx)
+    points = memory_checkpoints(first, last)
     ctx.progress.start("worker memory", total=len(pyalk_worker.VARIANTS))
     records: list[dict[str, Any]] = []
     notes: list[str] = []
     raw: list[dict[str, Any]] = []
     for variant in pyalk_worker.VARIANTS:
-        ctx.progress.note(f"pyalk ({variant}): RSS after {first:,} and {last:,} jobs")
-        env = {"ALK_BENCH_PYALK_VARIANT": variant, "ALK_BENCH_PYALK_RSS_AT": f"{first},{last}"}
+        ctx.progress.note(f"pyalk ({variant}): RSS after {first:,} ... {last:,} jobs")
+        env = {"ALK_BENCH_PYALK_VARIANT": variant, "ALK_BENCH_PYALK_RSS_AT": ",".join(map(str, points))}
+        t0 = time.perf_counter()
         r = run_peer(ctx, "pyalk", last, 10, env=env)
+        r["row_seconds"] = time.perf_counter() - t0
         ctx.progress.advance()
         raw.append(r)
         rss = {int(k): v for k, v in r.get("measures", {}).get("rss_kib_after", {}).items()}
@@ -201,10 +234,14 @@ def e2e_memory(ctx: Context) -> RowResult:
                 "ratio": round(ratio, 3),
                 "status": "ok" if ratio <= 1.2 else "over target",
             })
+            curve = ", ".join(f"{n:,}: {rss[n] / 1024:.1f}" for n in sorted(rss))
+            notes.append(f"pyalk ({variant}) RSS MiB by jobs run: {curve}; {r['row_seconds']:.0f} s "
+                         f"(enqueue and process).")
         else:
             records.append({"worker": variant, "status": "error"})
             notes.append(f"pyalk ({variant}) failed: {r.get('error', r.get('unavailable', r))!s:.300}")
-    notes.append(f"N = {last:,} jobs per worker form, enqueued ahead with enqueue_batch; concurrency 10.")
+    notes.append(f"N = {last:,} jobs per worker form, enqueued ahead with enqueue_batch by the same process "
+                 "before its worker starts; concurrency 10.")
     return RowResult(
         key="e2e.memory",
         title="worker memory: RSS after the first jobs vs after many",
@@ -212,6 +249,6 @@ def e2e_memory(ctx: Context) -> RowResult:
         columns=["worker", f"RSS MiB after {first:,}", f"RSS MiB after {last:,}", "ratio", "status"],
         records=records,
         notes=notes,
-        extra={"raw": raw},
+        extra={"raw": raw, "checkpoints": points},
         seconds=time.perf_counter() - started,
     )

@@ -438,7 +438,7 @@ def cmd_worker(args: argparse.Namespace, console: Console) -> None:
         "batch_size": args.batch_size, "poll_interval": args.poll_interval, "grace_period": args.grace,
         "listen": not args.no_listen, "burst": args.burst,
     }
-    options.update(worker_observer(args, dsn, AsyncWorker if _is_async(handler) else Worker))
+    options.update(worker_observer(args, dsn))
     counts: WorkerCounts
     if _is_async(handler):
         async def run_async() -> WorkerCounts:

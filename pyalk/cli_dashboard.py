@@ -7,7 +7,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.util
-import inspect
 import os
 import threading
 from collections.abc import Callable
@@ -75,15 +74,12 @@ def add_worker_option(worker: argparse.ArgumentParser) -> None:
                              "metrics on 127.0.0.1:PORT (needs pyalk[dashboard])")
 
 
-def worker_observer(args: argparse.Namespace, dsn: str, worker_class: type) -> dict[str, Any]:
-    """With --metrics-port: start the exporter and return the worker option
-    that hands it the observer ({} when the worker takes none yet)."""
+def worker_observer(args: argparse.Namespace, dsn: str) -> dict[str, Any]:
+    """With --metrics-port: start the exporter (the queue's metrics and this
+    worker's) and return the worker option that hands it the observer."""
     if not getattr(args, "metrics_port", None):
         return {}
     _require_extra("worker --metrics-port")
     metrics = importlib.import_module("pyalk.metrics")
     registry = metrics.serve(args.metrics_port, conninfo=dsn)
-    observer = metrics.WorkerMetrics(args.queue, registry)
-    if "observer" in inspect.signature(worker_class).parameters:
-        return {"observer": observer}
-    return {}
+    return {"observer": metrics.WorkerMetrics(args.queue, registry)}

@@ -4,17 +4,26 @@ and latencies, fed by the worker through :class:`WorkerMetrics`.
 
 Needs the ``dashboard`` extra (prometheus-client).
 
-The worker's hook is an observer with three methods; a worker given one
-calls them at these points, and nothing else:
+The worker's hook is an observer (:class:`WorkerObserver`, the worker's
+``observer=`` option); a worker given one calls it at these points, and
+nothing else:
 
-* ``on_claimed(n, seconds)``: after each claim call that returned n jobs
-  (n may be 0), with the call's duration;
+* ``on_claimed(n, seconds)``: after each claim call (``alk.settle_and_claim``)
+  that returned n jobs (n may be 0), with the call's duration;
 * ``on_handler(seconds)``: when a handler returns or raises;
-* ``on_settled(outcome, n, seconds)``: after each settle call, with outcome
-  ``acked``, ``retried``, ``failed`` or ``lost`` (the claim was no longer
-  valid: the op returned false) and n the jobs it covered.
+* ``on_settled(outcome, n, seconds)``: after each settle call (``alk.settle``,
+  or the outcomes a claim call carried), once per outcome it covered, with
+  n its jobs and the call's duration. The outcome is the state the SQL
+  reports, named: ``acked``; ``retried`` (pending again); ``failed`` (dead:
+  the SQL decides burial); ``lost`` (refused: the claim was no longer valid,
+  its lease lapsed);
+* ``on_released(n)``: n claimed jobs this worker let go unsettled: released
+  unstarted (``alk.release_jobs``, pending again at once), or left to their
+  leases (abandoned past a stop's grace period, an outcome that could not be
+  recorded).
 
-In flight is claimed minus settled.
+In flight is claimed minus settled minus released: the jobs this worker
+holds, buffered or running or waiting to be settled.
 """
 
 from __future__ import annotations
@@ -42,6 +51,8 @@ class WorkerObserver(Protocol):
 
     def on_settled(self, outcome: str, n: int, seconds: float) -> None: ...
 
+    def on_released(self, n: int) -> None: ...
+
 
 class WorkerMetrics:
     """A worker's counters and latency histograms for one queue, in ``registry``."""
@@ -53,35 +64,47 @@ class WorkerMetrics:
         self._settled = Counter("pyalk_worker_settled", "Jobs this worker settled, by outcome (acked, retried, "
                                 "failed, lost: the claim was no longer valid).", [*labels, "outcome"],
                                 registry=registry)
-        self._in_flight = Gauge("pyalk_worker_in_flight", "Jobs claimed and not yet settled.", labels,
-                                registry=registry)
+        self._released = Counter("pyalk_worker_released", "Claimed jobs this worker let go unsettled: released "
+                                 "unstarted, or left to their leases.", labels, registry=registry)
+        self._in_flight = Gauge("pyalk_worker_in_flight", "Jobs claimed and not yet settled or released "
+                                "(buffered, running, or waiting to be settled).", labels, registry=registry)
         self._claim = Histogram("pyalk_worker_claim_seconds", "Duration of one claim call.", labels,
                                 buckets=_LATENCY_BUCKETS, registry=registry)
         self._settle = Histogram("pyalk_worker_settle_seconds", "Duration of one settle call.", [*labels, "outcome"],
                                  buckets=_LATENCY_BUCKETS, registry=registry)
         self._handler = Histogram("pyalk_worker_handler_seconds", "Duration of one handler run.", labels,
                                   buckets=_LATENCY_BUCKETS, registry=registry)
-        for outcome in OUTCOMES:  # every series exists from the start, at 0
-            self._settled.labels(queue, outcome)
-        self._claimed.labels(queue)
-        self._in_flight.labels(queue)
+        # Every series exists from the start, at 0; the children are kept
+        # (a labels() lookup takes a lock and a dict probe, per job).
+        self._settled_by = {outcome: self._settled.labels(queue, outcome) for outcome in OUTCOMES}
+        self._settle_by = {outcome: self._settle.labels(queue, outcome) for outcome in OUTCOMES}
+        self._claimed_q = self._claimed.labels(queue)
+        self._released_q = self._released.labels(queue)
+        self._in_flight_q = self._in_flight.labels(queue)
+        self._claim_q = self._claim.labels(queue)
+        self._handler_q = self._handler.labels(queue)
 
     def on_claimed(self, n: int, seconds: float) -> None:
-        self._claim.labels(self.queue).observe(seconds)
+        self._claim_q.observe(seconds)
         if n > 0:
-            self._claimed.labels(self.queue).inc(n)
-            self._in_flight.labels(self.queue).inc(n)
+            self._claimed_q.inc(n)
+            self._in_flight_q.inc(n)
 
     def on_handler(self, seconds: float) -> None:
-        self._handler.labels(self.queue).observe(seconds)
+        self._handler_q.observe(seconds)
 
     def on_settled(self, outcome: str, n: int, seconds: float) -> None:
         if outcome not in OUTCOMES:
             raise ValueError(f"outcome must be one of {', '.join(OUTCOMES)}, got {outcome!r}")
-        self._settle.labels(self.queue, outcome).observe(seconds)
+        self._settle_by[outcome].observe(seconds)
         if n > 0:
-            self._settled.labels(self.queue, outcome).inc(n)
-            self._in_flight.labels(self.queue).dec(n)
+            self._settled_by[outcome].inc(n)
+            self._in_flight_q.dec(n)
+
+    def on_released(self, n: int) -> None:
+        if n > 0:
+            self._released_q.inc(n)
+            self._in_flight_q.dec(n)
 
 
 class _DatabaseCollector(Collector):

@@ -48,23 +48,27 @@ Settled = str | None
 class AsyncSettlementBatcher:
     """Collects outcomes (:meth:`add`) and settles them in batches of at most
     ``batch_max`` with ``settle`` (which returns one :data:`Settled` per
-    outcome). ``on_settled(batch, states)`` is told the result of every batch,
-    whoever sent it. A transient database error is retried with backoff;
-    after :meth:`close`, only until its deadline.
+    outcome). ``on_settled(batch, states, seconds)`` is told the result of
+    every batch it sent, with the settle call's duration (the worker calls it
+    too for what its claims carried); ``on_given_up(batch)`` of a batch that
+    could not be recorded. A transient database error is retried with
+    backoff; after :meth:`close`, only until its deadline.
     """
 
     def __init__(
         self,
         settle: Callable[[list[Outcome]], Awaitable[Sequence[Settled]]],
-        on_settled: Callable[[Sequence[Outcome], Sequence[Settled]], None],
+        on_settled: Callable[[Sequence[Outcome], Sequence[Settled], float], None],
         *,
         logger: logging.Logger,
         extra: dict[str, Any],
         batch_max: int = BATCH_MAX,
         interval: float = 0.0,
+        on_given_up: Callable[[Sequence[Outcome]], None] | None = None,
     ) -> None:
         self._settle = settle
         self.on_settled = on_settled
+        self.on_given_up = on_given_up
         self._logger = logger
         self._extra = extra
         self._batch_max = batch_max
@@ -141,18 +145,23 @@ class AsyncSettlementBatcher:
             if not batch:
                 continue
             try:
-                states = await self._flush(batch, backoff)
-                if states is not None:
+                settled = await self._flush(batch, backoff)
+                if settled is not None:
                     backoff.reset()
-                    self.on_settled(batch, states)
+                    self.on_settled(batch, *settled)
+                elif self.on_given_up is not None:
+                    self.on_given_up(batch)
             finally:
                 self._sending = 0
 
-    async def _flush(self, batch: list[Outcome], backoff: Backoff) -> Sequence[Settled] | None:
-        """Settle one batch; the states, None when it was given up."""
+    async def _flush(self, batch: list[Outcome], backoff: Backoff) -> tuple[Sequence[Settled], float] | None:
+        """Settle one batch; the states and the successful call's seconds,
+        None when it was given up."""
         while True:
+            sent = time.monotonic()
             try:
-                return await self._settle(batch)
+                states = await self._settle(batch)
+                return states, time.monotonic() - sent
             except TRANSIENT_ERRORS as error:
                 if time.monotonic() >= (math.inf if self._deadline is None else self._deadline):
                     self._logger.error("could not settle %d finished jobs (%s); they run again after their lease",

@@ -73,6 +73,7 @@ from pyalk.worker_types import (
 
 if TYPE_CHECKING:
     from pyalk._sync.client import Alk
+    from pyalk.metrics import WorkerObserver
 
 logger = logging.getLogger("pyalk.worker")
 
@@ -150,7 +151,10 @@ class Worker:
     ``heartbeat`` renews each running job's lease every half visibility
     timeout; ``listen`` opens the LISTEN connection (``listen_conninfo``, or
     the client's own conninfo); ``burst`` returns once nothing is claimable
-    and nothing is running.
+    and nothing is running; ``observer`` (a
+    :class:`~pyalk.metrics.WorkerObserver`, such as
+    :class:`~pyalk.metrics.WorkerMetrics`) is told of every claim call,
+    handler run, settle call and release (none by default: no cost).
 
     Its lifecycle (:attr:`state`) is the table in :mod:`pyalk.worker_state`.
     """
@@ -175,6 +179,7 @@ class Worker:
         listen_conninfo: str | None = None,
         handle_signals: bool = True,
         burst: bool = False,
+        observer: WorkerObserver | None = None,
     ) -> None:
         Runtime.check_handler(handler)
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
@@ -206,6 +211,7 @@ class Worker:
         self.heartbeat = heartbeat
         self.handle_signals = handle_signals
         self.burst = burst
+        self._observer = observer
         self.counts = WorkerCounts()
         conninfo = (listen_conninfo or alk.executor.listen_conninfo()) if listen else None
 
@@ -226,7 +232,7 @@ class Worker:
         self._life = Lifecycle(self._entered)
         self._settler = SettlementBatcher(self._settle_batch, self._settled, logger=logger,
                                                extra=self._fields(), batch_max=SETTLE_BATCH_MAX,
-                                               interval=self.settle_interval)
+                                               interval=self.settle_interval, on_given_up=self._given_up)
         self._heartbeater = Heartbeater(self._in_flight.jobs, poll_interval=self.poll_interval, logger=logger,
                                              fields=self._fields)
         self._listener = None if conninfo is None else Listener(
@@ -453,8 +459,11 @@ class Worker:
         except BaseException:
             self._settler.give_back(outcomes)
             raise
+        seconds = time.monotonic() - sent  # one call: the claim's and the carried settle's duration
+        if self._observer is not None:
+            self._observer.on_claimed(len(handles), seconds)
         if outcomes:
-            self._settled(outcomes, states)
+            self._settled(outcomes, states, seconds)
         if handles:
             buffer = self._buffer
             lifetime = self.buffer_lifetime
@@ -513,6 +522,8 @@ class Worker:
     def _release_unstarted(self) -> None:
         """Give back the jobs that never started: pending at once, attempt refunded."""
         jobs, self._unstarted = self._unstarted, []
+        if self._observer is not None:  # held no more: released, or left to their leases
+            self._observer.on_released(len(jobs))
         try:
             released = self.queue.release_jobs(self.worker_id, jobs)
         except TRANSIENT_ERRORS as error:
@@ -593,6 +604,9 @@ class Worker:
             except Exception as caught:
                 error = caught
             duration = time.monotonic() - now
+            observer = self._observer
+            if observer is not None:
+                observer.on_handler(duration)
             if self._life.state in ABANDONED:
                 return  # past the grace period: the job is left to lease expiry
             if error is None:
@@ -614,8 +628,9 @@ class Worker:
         """Settle one batch of outcomes (the flush loop's call): the state each led to."""
         return self.queue.settle(self.worker_id, [(o.handle.job, o.kind, o.error) for o in batch])
 
-    def _settled(self, batch: Sequence[Outcome], states: Sequence[Settled]) -> None:
-        """Count and log what the SQL says each outcome led to."""
+    def _settled(self, batch: Sequence[Outcome], states: Sequence[Settled], seconds: float) -> None:
+        """Count, log and observe what the SQL says each outcome led to
+        (``seconds``: the settle call's)."""
         acked = retried = failed = lost = 0
         for outcome, state in zip(batch, states, strict=True):
             if state == "acked":
@@ -636,8 +651,18 @@ class Worker:
                 logger.warning("job %d failed (attempt %d of %d), will retry: %s", job.id, job.attempts,
                                job.max_attempts, outcome.error, exc_info=outcome.exception, extra=fields)
         self._count(acked=acked, retried=retried, failed=failed, lost=lost)
+        observer = self._observer
+        if observer is not None:
+            for label, n in (("acked", acked), ("retried", retried), ("failed", failed), ("lost", lost)):
+                if n:
+                    observer.on_settled(label, n, seconds)
         if retried:
             self._wake.set()  # it may be due again soon (a short backoff)
+
+    def _given_up(self, batch: Sequence[Outcome]) -> None:
+        """Outcomes the settler could not record: the jobs run again after their lease."""
+        if self._observer is not None:
+            self._observer.on_released(len(batch))
 
     # stop ----------------------------------------------------------------------
 
@@ -673,6 +698,8 @@ class Worker:
         self._life.advance(WorkerState.FLUSHING)
         if waiting:
             self._count(abandoned=waiting)
+            if self._observer is not None:
+                self._observer.on_released(waiting)
             logger.warning("grace period over: %d running jobs are left to lease expiry", waiting,
                            extra=self._fields())
             self._pool.cancel_all()

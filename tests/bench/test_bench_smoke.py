@@ -127,6 +127,21 @@ def test_memory_row_reads_the_rss_of_each_worker_form(bench_ctx: Context) -> Non
     assert [rec["worker"] for rec in memory.records] == list(pyalk_worker.VARIANTS)
     for rec in memory.records:
         assert rec["RSS MiB after 100"] > 0 and rec["RSS MiB after 600"] > 0 and rec["ratio"] > 0
+    # The growth curve: every checkpoint read in the same worker process.
+    assert memory.extra["checkpoints"] == [100, 250, 500, 600]
+    for raw in memory.extra["raw"]:
+        assert sorted(int(n) for n in raw["measures"]["rss_kib_after"]) == [100, 250, 500, 600]
+
+
+def test_memory_row_counts_and_their_override(bench_ctx: Context, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert rows_e2e.memory_checkpoints(10_000, 1_000_000) == [10_000, 25_000, 50_000, 100_000, 250_000, 500_000,
+                                                              1_000_000]
+    assert rows_e2e.memory_jobs(bench_ctx) == (100, 600)
+    monkeypatch.setenv(rows_e2e.MEMORY_JOBS_ENV, "1000,30000")
+    assert rows_e2e.memory_jobs(bench_ctx) == (1000, 30000)
+    monkeypatch.setenv(rows_e2e.MEMORY_JOBS_ENV, "30000,1000")
+    with pytest.raises(ValueError, match=rows_e2e.MEMORY_JOBS_ENV):
+        rows_e2e.memory_jobs(bench_ctx)
 
 
 def test_a_missing_mechanism_is_pending_not_an_error(bench_ctx: Context) -> None:

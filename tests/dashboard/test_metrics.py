@@ -3,6 +3,7 @@ exporter, a worker's observer, and the CLI's entry points."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -12,8 +13,9 @@ import pytest
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
-from pyalk import cli_dashboard, metrics
-from tests.dashboard.conftest import HOSTILE, free_port
+from pyalk import Alk, QueueOpts, cli_dashboard, metrics
+from tests.dashboard.conftest import HOSTILE, ROOT, free_port
+from tests.helpers import until
 
 
 def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -113,3 +115,58 @@ def test_pyalk_dashboard_serves_on_loopback(seeded):
     finally:
         process.terminate()
         process.wait(10)
+
+
+def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float] | None:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+            return samples(response.read().decode())
+    except OSError:
+        return None
+
+
+@pytest.mark.parametrize("target", ["observed", "observed_async"])
+def test_a_cli_worker_serves_its_counters_and_latencies(dsn, db, target):
+    # Two attempts, retries due at once: each outcome the SQL reports, and one lost.
+    kinds = ["ok"] * 20 + ["flaky"] * 5 + ["broken"] * 3 + ["permanent"] * 2 + ["self-ack"]
+    with Alk(dsn) as alk:
+        alk.queue("q", QueueOpts(backoff_base_s=0, max_attempts=2)).enqueue_batch(
+            [{"kind": kind, "i": i} for i, kind in enumerate(kinds)])
+    runs = 20 + 5 * 2 + 3 * 2 + 2 + 1
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "pyalk", "worker", f"tests.dashboard.worker_handlers:{target}", "-q", "q",
+         "--concurrency", "4", "--metrics-port", str(port), "--dsn", dsn],
+        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    q = (("queue", "q"),)
+
+    def settled(outcome: str) -> tuple[str, tuple[tuple[str, str], ...]]:
+        return "pyalk_worker_settled_total", (("outcome", outcome), ("queue", "q"))
+
+    got: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+
+    def every_run_settled() -> bool:
+        if process.poll() is not None:
+            raise AssertionError(process.stderr.read().decode() if process.stderr else "exited")
+        got.clear()
+        got.update(scrape(port) or {})
+        return bool(got) and sum(got[settled(o)] for o in metrics.OUTCOMES) >= runs
+
+    try:
+        until(every_run_settled, "the worker's /metrics to count every handler run", deadline=60)
+        assert {o: got[settled(o)] for o in metrics.OUTCOMES} == {"acked": 25, "retried": 8, "failed": 5, "lost": 1}
+        assert got[("pyalk_worker_claimed_total", q)] == runs
+        assert got[("pyalk_worker_in_flight", q)] == 0
+        assert got[("pyalk_worker_released_total", q)] == 0
+        assert got[("pyalk_worker_handler_seconds_count", q)] == runs
+        assert got[("pyalk_worker_handler_seconds_bucket", (("le", "+Inf"), ("queue", "q")))] == runs
+        assert got[("pyalk_worker_claim_seconds_count", q)] >= 1  # every call, the empty ones too
+        for outcome in metrics.OUTCOMES:  # one observation per settle call that carried the outcome
+            calls = got[("pyalk_worker_settle_seconds_count", (("outcome", outcome), ("queue", "q")))]
+            assert 1 <= calls <= got[settled(outcome)]
+        # The same port serves the database's view of the queue.
+        assert got[("pyalk_queue_dead_jobs", q)] == 5 and got[("pyalk_up", ())] == 1
+    finally:
+        process.terminate()
+        process.wait(30)
+    assert process.returncode == 0, process.stderr.read().decode() if process.stderr else ""

@@ -375,3 +375,87 @@ async def test_buffered_jobs_go_back_unspent_at_a_stop_and_another_worker_takes_
     again = await AsyncWorker(alk, queue, record, burst=True, handle_signals=False, worker_id="w-second").run()
     assert sorted(seen) == [job_id for job_id in ids if job_id not in first_worker]
     assert again.acked == 49 and job_rows(db) == []
+
+
+# the observer (pyalk.metrics.WorkerObserver) ---------------------------------------------
+
+
+class Recorder:
+    """A WorkerObserver that keeps every call (handlers call it from any thread)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.claims: list[tuple[int, float]] = []
+        self.handlers: list[float] = []
+        self.settled: list[tuple[str, int, float]] = []
+        self.released: list[int] = []
+
+    def on_claimed(self, n: int, seconds: float) -> None:
+        with self.lock:
+            self.claims.append((n, seconds))
+
+    def on_handler(self, seconds: float) -> None:
+        with self.lock:
+            self.handlers.append(seconds)
+
+    def on_settled(self, outcome: str, n: int, seconds: float) -> None:
+        with self.lock:
+            self.settled.append((outcome, n, seconds))
+
+    def on_released(self, n: int) -> None:
+        with self.lock:
+            self.released.append(n)
+
+    def total(self, outcome: str) -> int:
+        return sum(n for o, n, _ in self.settled if o == outcome)
+
+    def held(self) -> int:
+        """In flight: claimed, neither settled nor released."""
+        return sum(n for n, _ in self.claims) - sum(n for _, n, _ in self.settled) - sum(self.released)
+
+
+async def test_the_observer_sees_claims_handlers_and_the_states_the_sql_reports(alk, db):
+    async def handler(job: AsyncJobHandle) -> None:
+        kind = job.payload["kind"]
+        if (kind == "flaky" and job.job.attempts == 1) or kind == "broken":
+            raise ValueError(kind)
+        if kind == "permanent":
+            raise PermanentError(kind)
+        if kind == "self-ack":
+            assert await job.ack()  # settled here: the worker's own settle is refused (lost)
+
+    # Two attempts, retries due at once: "broken" is retried once, then the SQL buries it.
+    queue = alk.queue("q", QueueOpts(backoff_base_s=0, max_attempts=2))
+    kinds = ["ok"] * 20 + ["flaky"] * 5 + ["broken"] * 3 + ["permanent"] * 2 + ["self-ack"]
+    await queue.enqueue_batch([{"kind": kind, "i": i} for i, kind in enumerate(kinds)])
+    recorder = Recorder()
+    worker = AsyncWorker(alk, queue, handler, concurrency=4, burst=True, handle_signals=False, observer=recorder)
+    counts = await worker.run()
+    runs = 20 + 5 * 2 + 3 * 2 + 2 + 1
+    assert len(recorder.handlers) == runs and all(s >= 0 for s in recorder.handlers)
+    assert sum(n for n, _ in recorder.claims) == runs
+    assert {o: recorder.total(o) for o in ("acked", "retried", "failed", "lost")} == {
+        "acked": 25, "retried": 8, "failed": 5, "lost": 1}
+    assert (counts.acked, counts.retried, counts.failed, counts.lost) == (25, 8, 5, 1)
+    # One report per settle call and outcome it covered, never an empty one.
+    assert all(n > 0 and seconds >= 0 for _, n, seconds in recorder.settled)
+    assert len(recorder.settled) <= len(recorder.claims) + runs
+    assert recorder.released == [] and recorder.held() == 0
+    assert [row[1] for row in job_rows(db)] == ["dead"] * 5
+
+
+async def test_the_observer_sees_buffered_jobs_released_at_a_stop(alk, db):
+    worker: AsyncWorker
+
+    async def handler(job: AsyncJobHandle) -> None:
+        if job.payload == 40:  # by now the start rate is measured and the buffer filled ahead
+            worker.stop()
+
+    await alk.queue("q").enqueue_batch(list(range(500)))
+    recorder = Recorder()
+    worker = AsyncWorker(alk, "q", handler, concurrency=1, handle_signals=False, observer=recorder)
+    counts = await worker.run()
+    claimed = sum(n for n, _ in recorder.claims)
+    assert recorder.total("acked") == counts.acked == len(recorder.handlers) >= 41
+    assert counts.released > 0 and sum(recorder.released) == counts.released == claimed - counts.acked
+    assert recorder.held() == 0
