@@ -26,6 +26,7 @@ from typing import Any
 import psycopg
 
 from pyalk import Alk, QueueOpts
+from tests.helpers import until
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -64,8 +65,15 @@ class WorkerProcess:
         self.signal(signal.SIGKILL)
         self.proc.wait(30)
 
+    def started(self) -> bool:
+        """The worker has trapped its signals (it logs "worker started" right
+        after), or has already exited."""
+        return self.proc.poll() is not None or "worker started" in self.log()
+
     def stop(self, timeout: float = 60.0) -> int:
-        """SIGTERM, then wait for the exit; the return code."""
+        """SIGTERM once the worker traps it (a SIGTERM during start-up kills
+        the interpreter: -15), then wait for the exit; the return code."""
+        until(self.started, f"worker {self.name} to start", deadline=timeout)
         self.signal(signal.SIGCONT)
         self.signal(signal.SIGTERM)
         try:
