@@ -1140,6 +1140,12 @@ BEGIN
     -- the row count), and each count is an index-only scan of one queue's
     -- entries in one of them. Nothing reads the heap but for pages the
     -- visibility map does not yet know to be all-visible.
+    -- Exact counts visit every entry once, so the cost is per entry: ready
+    -- and scheduled are two range scans bounded by run_at (PostgreSQL 18
+    -- skips between priorities; older versions filter inside the btree),
+    -- each a bare count plus a min, rather than one scan feeding four
+    -- FILTERed aggregates, which cost about twice as much per entry
+    -- (docs/dashboard.md "Performance" has the numbers).
     RETURN QUERY
     WITH RECURSIVE names(name) AS (
         SELECT coalesce(only_queue, '')
@@ -1151,20 +1157,22 @@ BEGIN
             (SELECT j.queue FROM alk.jobs j WHERE j.state = 'dead' AND j.queue > n.name ORDER BY j.queue LIMIT 1))
           FROM names n WHERE n.name IS NOT NULL AND only_queue IS NULL
     )
-    SELECT n.name, p.pending, p.ready, p.pending - p.ready, r.processing, r.lapsed, d.dead,
-           alk._sat_sub(clock, p.oldest_ready), p.next_run_at,
+    SELECT n.name, a.ready + s.scheduled, a.ready, s.scheduled, r.processing, l.lapsed, d.dead,
+           alk._sat_sub(clock, a.oldest_ready), s.next_run_at,
            EXISTS (SELECT FROM alk.paused_queues pq WHERE pq.queue = n.name)
       FROM names n
      CROSS JOIN LATERAL (
-        SELECT count(*) AS pending,
-               count(*) FILTER (WHERE j.run_at <= clock) AS ready,
-               min(j.run_at) FILTER (WHERE j.run_at <= clock) AS oldest_ready,
-               min(j.run_at) FILTER (WHERE j.run_at > clock) AS next_run_at
-          FROM alk.jobs j WHERE j.queue = n.name AND j.state = 'pending') p
+        SELECT count(*) AS ready, min(j.run_at) AS oldest_ready
+          FROM alk.jobs j WHERE j.queue = n.name AND j.state = 'pending' AND j.run_at <= clock) a
      CROSS JOIN LATERAL (
-        SELECT count(*) AS processing,
-               count(*) FILTER (WHERE j.claim_expires_at < clock) AS lapsed
+        SELECT count(*) AS scheduled, min(j.run_at) AS next_run_at
+          FROM alk.jobs j WHERE j.queue = n.name AND j.state = 'pending' AND j.run_at > clock) s
+     CROSS JOIN LATERAL (
+        SELECT count(*) AS processing
           FROM alk.jobs j WHERE j.queue = n.name AND j.state = 'processing') r
+     CROSS JOIN LATERAL (
+        SELECT count(*) AS lapsed
+          FROM alk.jobs j WHERE j.queue = n.name AND j.state = 'processing' AND j.claim_expires_at < clock) l
      CROSS JOIN LATERAL (
         SELECT count(*) AS dead
           FROM alk.jobs j WHERE j.queue = n.name AND j.state = 'dead') d
