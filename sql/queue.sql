@@ -635,8 +635,8 @@ COMMENT ON FUNCTION alk.claim(text, text, bigint) IS
 -- a new minute for a queue (once a minute per backend and queue), it drops
 -- that queue's rows past a day, gone backends' too, skipping rows another
 -- backend's prune has locked (nobody waits), at most 1000 rows a time, in
--- queue_counts_pkey order; otherwise the prune's outer side is empty and
--- nothing is scanned. Both statements below count the same way: keep them
+-- queue_counts_pkey order; otherwise a one-time filter skips the prune
+-- and nothing is scanned. Both statements below count the same way: keep them
 -- alike.
 CREATE FUNCTION alk._settle(queue text, worker_id text, job_ids bigint[], attempts bigint[], outcomes text[],
                             errs text[], delays bigint[])
@@ -701,7 +701,9 @@ BEGIN
             RETURNING c.queue, c.xmax = 0 AS opened
         ), pruned AS (
             DELETE FROM alk.queue_counts c
-             WHERE c.ctid = ANY (ARRAY(
+             -- A one-time filter: unless a minute was opened, no scan of any kind.
+             WHERE EXISTS (SELECT FROM counted n WHERE n.opened)
+               AND c.ctid = ANY (ARRAY(
                    SELECT o.ctid FROM counted n
                     CROSS JOIN LATERAL (
                        SELECT o.ctid FROM alk.queue_counts o
@@ -770,7 +772,9 @@ BEGIN
         RETURNING c.queue, c.xmax = 0 AS opened
     ), pruned AS (
         DELETE FROM alk.queue_counts c
-         WHERE c.ctid = ANY (ARRAY(
+         -- A one-time filter: unless a minute was opened, no scan of any kind.
+         WHERE EXISTS (SELECT FROM counted n WHERE n.opened)
+           AND c.ctid = ANY (ARRAY(
                SELECT o.ctid FROM counted n
                 CROSS JOIN LATERAL (
                    SELECT o.ctid FROM alk.queue_counts o

@@ -67,7 +67,9 @@ BEGIN
             RETURNING c.queue, c.xmax = 0 AS opened
         ), pruned AS (
             DELETE FROM alk.queue_counts c
-             WHERE c.ctid = ANY (ARRAY(
+             -- A one-time filter: unless a minute was opened, no scan of any kind.
+             WHERE EXISTS (SELECT FROM counted n WHERE n.opened)
+               AND c.ctid = ANY (ARRAY(
                    SELECT o.ctid FROM counted n
                     CROSS JOIN LATERAL (
                        SELECT o.ctid FROM alk.queue_counts o
@@ -136,7 +138,9 @@ BEGIN
         RETURNING c.queue, c.xmax = 0 AS opened
     ), pruned AS (
         DELETE FROM alk.queue_counts c
-         WHERE c.ctid = ANY (ARRAY(
+         -- A one-time filter: unless a minute was opened, no scan of any kind.
+         WHERE EXISTS (SELECT FROM counted n WHERE n.opened)
+           AND c.ctid = ANY (ARRAY(
                SELECT o.ctid FROM counted n
                 CROSS JOIN LATERAL (
                    SELECT o.ctid FROM alk.queue_counts o
