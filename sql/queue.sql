@@ -621,59 +621,23 @@ COMMENT ON FUNCTION alk.claim(text, text, bigint) IS
 
 -- operations on a claimed job -----------------------------------------------
 
-CREATE FUNCTION alk.ack(job_id bigint, worker_id text, attempt bigint DEFAULT NULL, queue text DEFAULT NULL)
-RETURNS boolean
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-    clock bigint := alk.now();
-    wid text := alk._name_ok('worker_id', ack.worker_id, true);
-BEGIN
-    DELETE FROM alk.jobs j
-     WHERE j.id = job_id AND (ack.queue IS NULL OR j.queue = ack.queue)
-       AND alk._holds(j, wid, attempt, clock);
-    RETURN FOUND;
-END
-$$;
-COMMENT ON FUNCTION alk.ack(bigint, text, bigint, text) IS
-'Acknowledge a claimed job: it is deleted. False, and nothing changes, unless the job is processing, held by worker_id '
-'under claim attempt (the fencing token the claim returned; NULL skips that check) and its lease has not lapsed '
-'(claim_expires_at >= now). worker_id follows the name rule (LK001). queue is optional routing for sharded deployments. '
-'Example: SELECT alk.ack(job_id => 42, worker_id => ''worker-1'', attempt => 1);';
-
-CREATE FUNCTION alk.ack_batch(job_ids bigint[], worker_id text, attempts bigint[] DEFAULT NULL, queue text DEFAULT NULL)
-RETURNS bigint
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-    clock bigint := alk.now();
-    wid text := alk._name_ok('worker_id', ack_batch.worker_id, true);
-    acked bigint;
-BEGIN
-    IF attempts IS NOT NULL AND cardinality(attempts) <> cardinality(job_ids) THEN
-        PERFORM alk._raise('LK002', 'attempts must have one entry per job id: got ' || cardinality(job_ids)
-            || ' job_ids and ' || cardinality(attempts) || ' attempts');
-    END IF;
-    DELETE FROM alk.jobs j
-     USING unnest(ack_batch.job_ids, ack_batch.attempts) AS w(id, attempt)
-     WHERE j.id = w.id AND (ack_batch.queue IS NULL OR j.queue = ack_batch.queue)
-       AND alk._holds(j, wid, w.attempt, clock);
-    GET DIAGNOSTICS acked = ROW_COUNT;
-    RETURN acked;
-END
-$$;
-COMMENT ON FUNCTION alk.ack_batch(bigint[], text, bigint[], text) IS
-'Acknowledge several claimed jobs in one call; returns how many were validly held (and are now deleted). '
-'attempts, when given, holds each job''s fencing token in the same order. '
-'Example: SELECT alk.ack_batch(ARRAY[41, 42], ''worker-1'', ARRAY[1, 1]);';
-
 -- The settlement rule, once: ack, retry and fail of claimed jobs, each under
 -- the validity predicate, applied in one statement; one row per input in
 -- input order with the state it led to ('acked', 'pending', 'dead') or NULL
 -- when refused. A job id repeated in one batch: its first entry is applied,
 -- later ones are refused.
+--
+-- Each statement also counts what it settled for alk.queue_throughput, in
+-- the same statement (no extra one on the hot path): per queue of the rows
+-- it changed (queue may be NULL: any queue), one upsert of this backend's
+-- row of the current minute (alk.queue_counts: concurrent settles never
+-- share a row, so never wait on each other's commit). When the upsert opens
+-- a new minute for a queue (once a minute per backend and queue), it drops
+-- that queue's rows past a day, gone backends' too, skipping rows another
+-- backend's prune has locked (nobody waits), at most 1000 rows a time, in
+-- queue_counts_pkey order; otherwise a one-time filter skips the prune
+-- and nothing is scanned. Both statements below count the same way: keep them
+-- alike.
 CREATE FUNCTION alk._settle(queue text, worker_id text, job_ids bigint[], attempts bigint[], outcomes text[],
                             errs text[], delays bigint[])
 RETURNS TABLE (job_id bigint, attempt bigint, state text)
@@ -686,6 +650,8 @@ DECLARE
     wid text := alk._name_ok('worker_id', _settle.worker_id, true);
     k bigint := coalesce(cardinality(_settle.job_ids), 0);
     bad bigint;
+    this_minute bigint := clock / 60 * 60;
+    me integer := pg_catalog.pg_backend_pid();
 BEGIN
     IF (_settle.attempts IS NOT NULL AND cardinality(_settle.attempts) <> k)
        OR (_settle.outcomes IS NOT NULL AND cardinality(_settle.outcomes) <> k)
@@ -727,7 +693,24 @@ BEGIN
             DELETE FROM alk.jobs j USING first f
              WHERE j.id = ANY (_settle.job_ids) AND j.id = f.id AND (_settle.queue IS NULL OR j.queue = _settle.queue)
                AND alk._holds(j, wid, f.attempt, clock)
-            RETURNING j.id
+            RETURNING j.id, j.queue
+        ), counted AS (
+            INSERT INTO alk.queue_counts AS c (queue, minute, backend, acked)
+            SELECT a.queue, this_minute, me, count(*) FROM acked a GROUP BY a.queue
+            ON CONFLICT ON CONSTRAINT queue_counts_pkey DO UPDATE SET acked = c.acked + excluded.acked
+            RETURNING c.queue, c.xmax = 0 AS opened
+        ), pruned AS (
+            DELETE FROM alk.queue_counts c
+             -- A one-time filter: unless a minute was opened, no scan of any kind.
+             WHERE EXISTS (SELECT FROM counted n WHERE n.opened)
+               AND c.ctid = ANY (ARRAY(
+                   SELECT o.ctid FROM counted n
+                    CROSS JOIN LATERAL (
+                       SELECT o.ctid FROM alk.queue_counts o
+                        WHERE o.queue = n.queue AND o.minute < alk._sat_sub(this_minute, 86400)
+                        ORDER BY o.minute LIMIT 1000
+                          FOR UPDATE SKIP LOCKED) o
+                    WHERE n.opened))
         )
         SELECT i.id, i.attempt, CASE WHEN a.id IS NOT NULL THEN 'acked' END
           FROM input i
@@ -747,7 +730,7 @@ BEGIN
         DELETE FROM alk.jobs j USING first f
          WHERE f.outcome = 'ack' AND j.id = ANY (_settle.job_ids) AND j.id = f.id AND (_settle.queue IS NULL OR j.queue = _settle.queue)
            AND alk._holds(j, wid, f.attempt, clock)
-        RETURNING j.id, 'acked'::text AS state
+        RETURNING j.id, j.queue, 'acked'::text AS state
     ), moved AS (
         -- retry: pending again, no worker, ready at now + delay (NULL: the
         -- row's curve, base * 2^(spent - 1)), unless its attempts are spent:
@@ -775,9 +758,30 @@ BEGIN
           FROM first f
          WHERE f.outcome <> 'ack' AND j.id = ANY (_settle.job_ids) AND j.id = f.id AND (_settle.queue IS NULL OR j.queue = _settle.queue)
            AND alk._holds(j, wid, f.attempt, clock)
-        RETURNING j.id, j.state
+        RETURNING j.id, j.queue, j.state
     ), done AS (
-        SELECT a.id, a.state FROM acked a UNION ALL SELECT m.id, m.state FROM moved m
+        SELECT a.id, a.queue, a.state FROM acked a UNION ALL SELECT m.id, m.queue, m.state FROM moved m
+    ), counted AS (
+        -- retried: pending again; dead: failed, or retried with attempts spent.
+        INSERT INTO alk.queue_counts AS c (queue, minute, backend, acked, retried, dead)
+        SELECT d.queue, this_minute, me, count(*) FILTER (WHERE d.state = 'acked'),
+               count(*) FILTER (WHERE d.state = 'pending'), count(*) FILTER (WHERE d.state = 'dead')
+          FROM done d GROUP BY d.queue
+        ON CONFLICT ON CONSTRAINT queue_counts_pkey DO UPDATE
+           SET acked = c.acked + excluded.acked, retried = c.retried + excluded.retried, dead = c.dead + excluded.dead
+        RETURNING c.queue, c.xmax = 0 AS opened
+    ), pruned AS (
+        DELETE FROM alk.queue_counts c
+         -- A one-time filter: unless a minute was opened, no scan of any kind.
+         WHERE EXISTS (SELECT FROM counted n WHERE n.opened)
+           AND c.ctid = ANY (ARRAY(
+               SELECT o.ctid FROM counted n
+                CROSS JOIN LATERAL (
+                   SELECT o.ctid FROM alk.queue_counts o
+                    WHERE o.queue = n.queue AND o.minute < alk._sat_sub(this_minute, 86400)
+                    ORDER BY o.minute LIMIT 1000
+                      FOR UPDATE SKIP LOCKED) o
+                WHERE n.opened))
     )
     SELECT i.id, i.attempt, d.state
       FROM input i
@@ -787,7 +791,34 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION alk._settle(text, text, bigint[], bigint[], text[], text[], bigint[]) IS
-'internal: the settlement rule (ack, retry, fail) for a batch; queue NULL: any queue';
+'internal: the settlement rule (ack, retry, fail) for a batch, counted per queue for alk.queue_throughput; '
+'queue NULL: any queue';
+
+CREATE FUNCTION alk.ack(job_id bigint, worker_id text, attempt bigint DEFAULT NULL, queue text DEFAULT NULL)
+RETURNS boolean
+LANGUAGE sql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    -- The settlement rule's all-ack path, so an ack is counted like any other.
+    SELECT s.state IS NOT NULL FROM alk._settle($4, $2, ARRAY[$1], ARRAY[$3], NULL, NULL, NULL) s
+$$;
+COMMENT ON FUNCTION alk.ack(bigint, text, bigint, text) IS
+'Acknowledge a claimed job: it is deleted. False, and nothing changes, unless the job is processing, held by worker_id '
+'under claim attempt (the fencing token the claim returned; NULL skips that check) and its lease has not lapsed '
+'(claim_expires_at >= now). worker_id follows the name rule (LK001). queue is optional routing for sharded deployments. '
+'Example: SELECT alk.ack(job_id => 42, worker_id => ''worker-1'', attempt => 1);';
+
+CREATE FUNCTION alk.ack_batch(job_ids bigint[], worker_id text, attempts bigint[] DEFAULT NULL, queue text DEFAULT NULL)
+RETURNS bigint
+LANGUAGE sql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT count(s.state) FROM alk._settle($4, $2, $1, $3, NULL, NULL, NULL) s
+$$;
+COMMENT ON FUNCTION alk.ack_batch(bigint[], text, bigint[], text) IS
+'Acknowledge several claimed jobs in one call; returns how many were validly held (and are now deleted). '
+'attempts, when given, holds each job''s fencing token in the same order. '
+'Example: SELECT alk.ack_batch(ARRAY[41, 42], ''worker-1'', ARRAY[1, 1]);';
 
 CREATE FUNCTION alk.settle(job_ids bigint[], worker_id text, attempts bigint[] DEFAULT NULL,
                            outcomes text[] DEFAULT NULL, errs text[] DEFAULT NULL, delays bigint[] DEFAULT NULL,
@@ -1443,12 +1474,15 @@ COMMENT ON FUNCTION alk.browse_jobs(text, text, bigint, bigint, bigint, bigint, 
 
 -- throughput ----------------------------------------------------------------
 
--- Settled jobs per queue and minute, one row per (queue, minute, backend).
--- The backend's pid is unique among live sessions, so two workers never
--- update the same row: a settle holds its row's lock until its commit, and
--- with one row per backend nobody waits for another's WAL flush. A backend
--- touches its row once per settle call (once per batch), and the rows per
--- hour are bounded by queues x 60 x connections that settled.
+-- Settled jobs per queue and minute, one row per (queue, minute, backend),
+-- written by alk._settle (every ack, ack_batch, settle, retry, fail and
+-- settle_and_claim) in the settling statement itself. The backend's pid is
+-- unique among live sessions, so two workers never update the same row: a
+-- settle holds its row's lock until its commit, and with one row per backend
+-- nobody waits for another's WAL flush. A backend touches its row once per
+-- settle call and queue (once per batch, never per job), and the rows per
+-- hour are bounded by queues x 60 x connections that settled. A queue's rows
+-- past a day go when any backend opens a new minute of that queue.
 CREATE TABLE alk.queue_counts (
     queue text NOT NULL,
     minute bigint NOT NULL,
@@ -1460,42 +1494,6 @@ CREATE TABLE alk.queue_counts (
 ) WITH (fillfactor = 70);
 COMMENT ON TABLE alk.queue_counts IS
 'Settled jobs per queue, minute and backend, for alk.queue_throughput. Private: use the alk.* functions.';
-
--- The settle path's one call: add n settled jobs of an outcome to this
--- backend's counter of the current minute. Once per batch, never per job.
--- When it opens a new minute it also drops this backend's own rows past
--- retention (a day): once a minute per backend, never another backend's rows.
-CREATE FUNCTION alk._count_settled(queue text, outcome text, n bigint)
-RETURNS void
-LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $$
-#variable_conflict use_variable
-DECLARE
-    this_minute bigint := alk.now() / 60 * 60;
-    me integer := pg_catalog.pg_backend_pid();
-    opened boolean;
-BEGIN
-    IF n IS NULL OR n <= 0 OR queue IS NULL THEN
-        RETURN;
-    END IF;
-    INSERT INTO alk.queue_counts AS c (queue, minute, backend, acked, retried, dead)
-    VALUES (queue, this_minute, me,
-            CASE WHEN outcome = 'acked' THEN n ELSE 0 END,
-            CASE WHEN outcome = 'retried' THEN n ELSE 0 END,
-            CASE WHEN outcome = 'dead' THEN n ELSE 0 END)
-    ON CONFLICT ON CONSTRAINT queue_counts_pkey DO UPDATE
-       SET acked = c.acked + excluded.acked, retried = c.retried + excluded.retried, dead = c.dead + excluded.dead
-    RETURNING c.xmax = 0 INTO opened;
-    IF opened THEN
-        DELETE FROM alk.queue_counts c
-         WHERE c.queue = _count_settled.queue AND c.backend = me
-           AND c.minute < alk._sat_sub(this_minute, 86400);
-    END IF;
-END
-$$;
-COMMENT ON FUNCTION alk._count_settled(text, text, bigint) IS
-'internal: add n jobs settled with outcome acked, retried or dead to this backend''s counter of the current minute';
 
 CREATE TYPE alk.throughput AS (
     queue text,
@@ -1554,7 +1552,10 @@ $$;
 COMMENT ON FUNCTION alk.queue_throughput(text, bigint, bigint) IS
 'Jobs settled per time bucket (acked, retried, dead) of one queue or of every queue with a count in the window, '
 'from since (default: an hour ago) to now in buckets of bucket_s seconds (a multiple of 60), zeros included. '
-'Counted by the settle functions, once per call; counters are kept a day. '
+'Counted by the settle functions (ack, ack_batch, settle, retry, fail, settle_and_claim), once per call: acked, '
+'retried (pending again) and dead (failed, or retried with its attempts spent). Jobs a claim buries (out of attempts '
+'after lapsed leases, or expired) and sweeps are not settlements and are not counted: alk.queue_stats shows the '
+'dead. Counters are kept a day. '
 'Example: SELECT bucket_at, acked FROM alk.queue_throughput(''emails'', bucket_s => 300);';
 
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA alk FROM PUBLIC;

@@ -37,6 +37,16 @@ class Seeded:
 def seed(db: psycopg.Connection) -> Seeded:
     """Queues, a stream with consumers, schedules, locks and an hour of
     counted settles; hostile names and payloads among them."""
+    # An hour of settles, counted by the settle path itself: each minute's
+    # jobs enqueued, claimed and acked under that minute's pinned clock.
+    db.execute("""DO $$ DECLARE m bigint; clock bigint := alk.now(); BEGIN
+        FOR m IN 0..59 LOOP
+            PERFORM set_config('alk.now', (clock - (59 - m) * 60)::text, true);
+            PERFORM alk.enqueue_batch('emails', (SELECT array_agg('{}'::jsonb) FROM generate_series(1, 10 + m)));
+            PERFORM alk.ack_batch(array_agg(c.id), 'seeder', array_agg(c.attempts), 'emails')
+               FROM alk.claim('emails', 'seeder', 10 + m) c;
+        END LOOP;
+        PERFORM set_config('alk.now', '', true); END $$""")
     db.execute("SELECT alk.enqueue_batch('emails', array_agg(jsonb_build_object('to', i))) "
                "FROM generate_series(1, 30) i")
     db.execute("SELECT alk.enqueue('emails', '{\"later\": true}', delay => 3600)")
@@ -56,12 +66,6 @@ def seed(db: psycopg.Connection) -> Seeded:
     db.execute("SELECT alk.save_offset(%s, %s, 60)", [HOSTILE, HOSTILE])
     db.execute("SELECT alk.schedule(%s, '@every 5m', 'emails')", [HOSTILE])
     db.execute("SELECT alk.try_lock(%s, %s, 600)", [HOSTILE, HOSTILE])
-    db.execute("""DO $$ DECLARE m bigint; clock bigint := alk.now(); BEGIN
-        FOR m IN 0..59 LOOP
-            PERFORM set_config('alk.now', (clock - (59 - m) * 60)::text, true);
-            PERFORM alk._count_settled('emails', 'acked', 10 + m);
-        END LOOP;
-        PERFORM set_config('alk.now', '', true); END $$""")
     return Seeded(dsn="", dead_id=dead_id, big_id=big_id)
 
 

@@ -10,6 +10,7 @@ from urllib.parse import quote
 
 from markupsafe import escape
 
+from pyalk import Alk, JobHandle, PermanentError, Worker
 from tests.dashboard.conftest import BIG, HOSTILE
 
 
@@ -37,6 +38,28 @@ def test_overview_shows_queues_streams_schedules_locks_and_throughput(client):
     assert "orders" in body and "@every 5m" in body
     fragment = client.get("/fragments/overview")
     assert fragment.status_code == 200 and "<html" not in fragment.text and "emails" in fragment.text
+
+
+def test_the_overview_chart_draws_what_a_worker_settled(client, dsn):
+    queue = "charted"
+    with Alk(dsn) as alk:
+        alk.queue(queue).enqueue_batch(list(range(25)))
+
+        def handler(job: JobHandle) -> None:
+            if job.payload % 5 == 0:
+                raise PermanentError("every fifth")
+
+        counts = Worker(alk, queue, handler, burst=True, handle_signals=False).run()
+    assert (counts.acked, counts.failed) == (20, 5)
+    row = re.search(rf'<tr data-queue="{queue}">(.*?)</tr>', client.get("/").text, re.S)
+    assert row
+    cells = row.group(1)
+    assert 'aria-label="20 acked in the last hour"' in cells
+    assert '<rect class="ok"' in cells and '<rect class="bad"' in cells  # bars, the dead stacked in red
+    # Every bar's tooltip: the worker's settles, in the minute(s) they happened.
+    bars = [tuple(map(int, m)) for m in re.findall(r"<title>\d\d:\d\d: (\d+) acked, (\d+) retried, (\d+) dead</title>",
+                                                   cells)]
+    assert len(bars) == 61 and tuple(map(sum, zip(*bars, strict=True))) == (20, 0, 5)
 
 
 def test_pages_forbid_scripts_from_anywhere_else(client):

@@ -1,11 +1,10 @@
 """The observation functions (sql/versions/0009_observe.sql), through alk.* alone:
 browse_jobs, browse_events, stream_stats, stream_consumer_lag, queue_throughput
-(with the settle path's counter alk._count_settled), schedule_overview (with the
+(counted by every settle function), schedule_overview (with the
 tick path's alk._note_fire) and list_locks."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -167,17 +166,95 @@ def test_stream_stats_and_consumer_lag(clocked):
 
 # throughput -------------------------------------------------------------------
 
-def test_queue_throughput_sums_backends_into_buckets_with_zeros(clocked, connect: Callable[..., psycopg.Connection]):
+def claimed(conn: psycopg.Connection, queue: str, n: int, worker: str = "w", **options: Any) -> list[tuple[int, int]]:
+    """Enqueue n jobs and claim them as worker: their (id, token)."""
+    extra = "".join(f", {name} => %({name})s" for name in options)
+    conn.execute(f"SELECT alk.enqueue_batch(%(queue)s, (SELECT array_agg('{{}}'::jsonb) "
+                 f"FROM generate_series(1, %(n)s)){extra})", {"queue": queue, "n": n, **options})
+    got = conn.execute("SELECT id, attempts FROM alk.claim(%s, %s, %s)", [queue, worker, n]).fetchall()
+    assert len(got) == n
+    return [(int(i), int(t)) for i, t in got]
+
+
+def counted(db: psycopg.Connection, queue: str, since: int = NOW // 60 * 60) -> tuple[int, int, int]:
+    """(acked, retried, dead) of a queue from since to now, as alk.queue_throughput sums them."""
+    got = rows(db, "SELECT * FROM alk.queue_throughput(%s, %s)", queue, since)
+    return tuple(sum(r[k] for r in got) for k in ("acked", "retried", "dead"))  # type: ignore[return-value]
+
+
+def settle(conn: psycopg.Connection, jobs: list[tuple[int, int]], outcomes: list[str] | None = None,
+           queue: str | None = None, worker: str = "w") -> list[str | None]:
+    got = conn.execute("SELECT state FROM alk.settle(%s, %s, %s, %s, queue => %s)",
+                       [[i for i, _ in jobs], worker, [t for _, t in jobs], outcomes, queue]).fetchall()
+    return [r[0] for r in got]
+
+
+def test_every_settle_function_counts_what_it_settled_once_per_call(clocked):
+    db = clocked
+    jobs = claimed(db, "q", 10)
+    spent = claimed(db, "q", 1, max_attempts=1)[0]
+    assert counted(db, "q") == (0, 0, 0)
+    assert one(db, "SELECT alk.ack(%s, 'w', %s)", *jobs[0])
+    assert counted(db, "q") == (1, 0, 0)
+    assert one(db, "SELECT alk.ack_batch(%s, 'w', %s, 'q')", [i for i, _ in jobs[1:3]], [t for _, t in jobs[1:3]]) == 2
+    assert counted(db, "q") == (3, 0, 0)
+    assert settle(db, jobs[3:6], ["ack", "retry", "fail"]) == ["acked", "pending", "dead"]
+    assert counted(db, "q") == (4, 1, 1)
+    assert one(db, "SELECT alk.retry(%s, 'w', %s)", *spent)  # attempts spent: dead, counted as dead
+    assert counted(db, "q") == (4, 1, 2)
+    assert one(db, "SELECT alk.fail(%s, 'w', %s, 'bad')", *jobs[6])
+    assert counted(db, "q") == (4, 1, 3)
+    got = db.execute("SELECT kind, state FROM alk.settle_and_claim('q', 'w', 0, %s, %s, %s)",
+                     [[i for i, _ in jobs[7:10]], [t for _, t in jobs[7:10]], ["ack", "retry", "ack"]]).fetchall()
+    assert got == [("settled", "acked"), ("settled", "pending"), ("settled", "acked")]
+    assert counted(db, "q") == (6, 2, 3)
+    assert settle(db, jobs[:1]) == [None]  # already acked: refused, nothing counted
+    assert counted(db, "q") == (6, 2, 3)
+    # All of it in one row: this backend's counter of this minute.
+    assert one(db, "SELECT count(*) FROM alk.queue_counts") == 1
+
+
+def test_a_refused_settlement_counts_nothing(clocked, connect):
+    db = clocked
+    jobs = claimed(db, "q", 4)
+    (stale_id, token) = jobs[0]
+    assert one(db, "SELECT alk.ack(%s, 'w', %s)", stale_id, token + 1) is False  # a stale token
+    assert one(db, "SELECT alk.ack(%s, 'someone-else', %s)", *jobs[1]) is False  # another worker's job
+    assert settle(db, jobs[2:3], ["fail"], worker="someone-else") == [None]
+    assert one(db, "SELECT alk.ack_batch(%s, 'w', %s)", [jobs[3][0]], [token + 5]) == 0
+    pin_clock(db, NOW + 3600)  # every lease has lapsed
+    assert settle(db, jobs[:2], ["ack", "retry"]) == [None, None]
+    assert one(db, "SELECT count(*) FROM alk.queue_counts") == 0
+    # A batch that is partly refused counts what it applied; a repeated id once.
+    pin_clock(db, NOW)
+    fresh = claimed(db, "r", 2)
+    assert settle(db, [fresh[0], fresh[0], (fresh[1][0], fresh[1][1] + 1)]) == ["acked", None, None]
+    assert counted(db, "r") == (1, 0, 0)
+
+
+def test_queue_null_counts_each_queue_by_its_own_rows(clocked):
+    db = clocked
+    a, b = claimed(db, "a", 3), claimed(db, "b", 4)
+    assert one(db, "SELECT alk.ack_batch(%s, 'w', %s)", [a[0][0], b[0][0], b[1][0]], [a[0][1], b[0][1], b[1][1]]) == 3
+    assert (counted(db, "a"), counted(db, "b")) == ((1, 0, 0), (2, 0, 0))
+    assert settle(db, [a[1], b[2], a[2], b[3]], ["retry", "fail", "ack", "ack"]) == [
+        "pending", "dead", "acked", "acked"]
+    assert (counted(db, "a"), counted(db, "b")) == ((2, 1, 0), (3, 0, 1))
+    # Given a queue, only that queue's rows settle and count.
+    more = claimed(db, "b", 1)
+    assert settle(db, more, queue="a") == [None]
+    assert counted(db, "b") == (3, 0, 1)
+
+
+def test_queue_throughput_sums_backends_into_the_minute_of_the_pinned_clock(clocked, connect):
     db = clocked
     other = connect()
     minute = NOW // 60 * 60
     for conn, at, n in ((db, minute - 120, 3), (other, minute - 120, 4), (db, minute - 60, 5), (db, minute, 1)):
         pin_clock(conn, at + 7)
-        conn.execute("SELECT alk._count_settled('q', 'acked', %s)", [n])
-    pin_clock(db, minute + 1)
-    db.execute("SELECT alk._count_settled('q', 'dead', 2)")
-    db.execute("SELECT alk._count_settled('q', 'retried', 6)")
-    db.execute("SELECT alk._count_settled('q', 'acked', 0)")  # nothing settled: nothing written
+        assert settle(conn, claimed(conn, "q", n)) == ["acked"] * n
+    pin_clock(db, minute + 59)
+    assert settle(db, claimed(db, "q", 8), ["fail"] * 2 + ["retry"] * 6) == ["dead"] * 2 + ["pending"] * 6
     got = rows(db, "SELECT * FROM alk.queue_throughput('q', %s)", minute - 180)
     assert got == [
         {"queue": "q", "bucket_at": minute - 180, "acked": 0, "retried": 0, "dead": 0},
@@ -198,30 +275,71 @@ def test_queue_throughput_sums_backends_into_buckets_with_zeros(clocked, connect
         db.execute("SELECT * FROM alk.queue_throughput('q', 0)")
 
 
-def test_count_settled_drops_its_own_rows_past_a_day_and_no_one_elses(clocked, connect):
+def test_opening_a_minute_drops_the_queues_rows_past_a_day_and_nothing_else(clocked, connect):
     db = clocked
     other = connect()
     old = NOW - 2 * 86400
     for conn in (db, other):
         pin_clock(conn, old)
-        conn.execute("SELECT alk._count_settled('q', 'acked', 1)")
+        settle(conn, claimed(conn, "q", 1))
+        settle(conn, claimed(conn, "kept", 1))
+    pin_clock(db, NOW - 86400 + 60)  # a minute inside the day: kept
+    settle(db, claimed(db, "q", 1))
+
+    def minutes(queue: str) -> list[int]:
+        return [r[0] for r in db.execute("SELECT minute FROM alk.queue_counts WHERE queue = %s ORDER BY minute",
+                                         [queue])]
+
+    # That call opened a minute: q's rows past a day went, any backend's (gone ones' too); not kept's.
+    assert minutes("q") == [(NOW - 86400 + 60) // 60 * 60]
+    assert len(minutes("kept")) == 2
+    pin_clock(other, old + 60)  # its old row comes back for the next check
+    settle(other, claimed(other, "q", 1))
+    pin_clock(db, NOW - 86400 + 90)  # the same minute again: no prune
+    settle(db, claimed(db, "q", 1))
+    assert minutes("q") == [(old + 60) // 60 * 60, (NOW - 86400 + 60) // 60 * 60]
+    # The mixed statement (a retry or fail in the batch) prunes the same way.
     pin_clock(db, NOW)
-    db.execute("SELECT alk._count_settled('q', 'acked', 1)")  # opens a new minute: prunes this backend's rows
-    left = rows(db, "SELECT bucket_at, acked FROM alk.queue_throughput('q', %s, 86400 * 7 / 60 * 60)", old)
-    assert sum(r["acked"] for r in left) == 2  # the other backend's old row stays until it settles again
+    assert settle(db, claimed(db, "q", 1), ["fail"]) == ["dead"]
+    assert minutes("q") == [(NOW - 86400 + 60) // 60 * 60, NOW // 60 * 60]
 
 
 def test_concurrent_settles_on_one_queue_never_wait_for_each_other(clocked, connect):
     db = clocked
     a, b = connect(autocommit=False), connect(autocommit=False)
-    for conn in (a, b):
+    jobs = {}
+    for conn, worker in ((a, "wa"), (b, "wb")):
         pin_clock(conn, NOW)
-        conn.execute("SET lock_timeout = '200ms'")
-    a.execute("SELECT alk._count_settled('q', 'acked', 1)")
-    b.execute("SELECT alk._count_settled('q', 'acked', 1)")  # a still holds its row: b must not wait
-    a.commit()
+        jobs[worker] = claimed(conn, "q", 2, worker=worker)
+        conn.commit()
+        conn.execute("SET lock_timeout = '2s'")
+    assert settle(a, jobs["wa"][:1], worker="wa") == ["acked"]  # a holds its counter row, uncommitted
+    # b counts the same queue in the same minute, in both statements: it must not wait (lock_timeout: 55P03).
+    assert settle(b, jobs["wb"][:1], worker="wb") == ["acked"]
+    assert settle(b, jobs["wb"][1:], ["fail"], worker="wb") == ["dead"]
     b.commit()
-    assert one(db, "SELECT sum(acked) FROM alk.queue_throughput('q')") == 2
+    assert counted(db, "q") == (1, 0, 1)
+    a.commit()
+    assert counted(db, "q") == (2, 0, 1)
+
+
+def test_concurrent_prunes_skip_each_others_rows_never_wait(clocked, connect):
+    db = clocked
+    old = NOW - 2 * 86400
+    pin_clock(db, old)
+    settle(db, claimed(db, "q", 1))
+    a, b = connect(autocommit=False), connect(autocommit=False)
+    jobs = {}
+    for conn, worker in ((a, "wa"), (b, "wb")):
+        pin_clock(conn, NOW)
+        jobs[worker] = claimed(conn, "q", 1, worker=worker)
+        conn.commit()
+        conn.execute("SET lock_timeout = '2s'")
+    settle(a, jobs["wa"], worker="wa")  # opens the minute: locks and deletes the old row, uncommitted
+    settle(b, jobs["wb"], worker="wb")  # opens its minute too: skips the locked row rather than wait
+    b.commit()
+    a.commit()
+    assert [r[0] for r in db.execute("SELECT minute FROM alk.queue_counts")] == [NOW // 60 * 60] * 2
 
 
 # schedules and locks ----------------------------------------------------------
