@@ -515,7 +515,8 @@ DECLARE
     clock bigint := alk.now();
     wid text := alk._name_ok('worker_id', worker_id, true);
     wanted bigint := n;
-    picked bigint[];
+    live bigint[];
+    dead bigint[];
     claimed bigint;
 BEGIN
     -- An extent: n <= 0 (or NULL) claims nothing.
@@ -531,6 +532,10 @@ BEGIN
         -- run_at <= clock is an index bound that stops at the first future
         -- row. The nested loop is pulled lazily under the LIMIT: once wanted
         -- rows are found, lower priorities are neither probed nor locked.
+        -- Each locked row is split here into live (to claim) and dead (out
+        -- of attempts, counted as attempts - attempts_refunded, or expired:
+        -- to bury), so the claim's UPDATE is a plain one and burial, which
+        -- is rare, costs a statement only when it happens.
         WITH RECURSIVE priorities(priority) AS (
             (SELECT j.priority FROM alk.jobs j
               WHERE j.queue = _claim.queue AND j.state = 'pending'
@@ -541,10 +546,13 @@ BEGIN
                      ORDER BY j.priority DESC LIMIT 1)
               FROM priorities p WHERE p.priority IS NOT NULL
         ), due AS (
-            SELECT d.id, d.priority, d.run_at
+            SELECT d.id, d.priority, d.run_at, d.dead
               FROM priorities p
              CROSS JOIN LATERAL (
-                SELECT j.id, j.priority, j.run_at FROM alk.jobs j
+                SELECT j.id, j.priority, j.run_at,
+                       (j.attempts - j.attempts_refunded >= j.max_attempts
+                        OR coalesce(j.expires_at <= clock, false)) AS dead
+                  FROM alk.jobs j
                  WHERE j.queue = _claim.queue AND j.state = 'pending'
                    AND j.priority = p.priority AND j.run_at <= clock
                  ORDER BY j.priority DESC, j.run_at, j.id
@@ -553,53 +561,56 @@ BEGIN
              WHERE p.priority IS NOT NULL
              LIMIT wanted
         ), lapsed AS (
-            SELECT j.id, j.priority, j.run_at FROM alk.jobs j
+            SELECT j.id, j.priority, j.run_at,
+                   (j.attempts - j.attempts_refunded >= j.max_attempts
+                    OR coalesce(j.expires_at <= clock, false)) AS dead
+              FROM alk.jobs j
              WHERE j.queue = _claim.queue AND j.state = 'processing' AND j.claim_expires_at < clock
              ORDER BY j.priority DESC, j.run_at, j.id
              LIMIT wanted
                FOR UPDATE SKIP LOCKED
         )
-        SELECT array_agg(c.id ORDER BY c.priority DESC, c.run_at, c.id) INTO picked
+        SELECT array_agg(c.id) FILTER (WHERE NOT c.dead), array_agg(c.id) FILTER (WHERE c.dead)
+          INTO live, dead
           FROM (SELECT * FROM due UNION ALL SELECT * FROM lapsed
                 ORDER BY priority DESC, run_at, id LIMIT wanted) c
          -- A paused queue claims nothing: one primary-key probe of a tiny
          -- table, a one-time filter that runs before any row is locked (in
          -- this statement rather than its own: one statement less per claim).
          WHERE NOT EXISTS (SELECT FROM alk.paused_queues p WHERE p.queue = _claim.queue);
-        EXIT WHEN picked IS NULL;
 
-        -- One update claims the live rows and buries the due rows that can
-        -- no longer run (out of attempts, or expired). Attempts spent are
-        -- attempts - attempts_refunded; attempts itself only grows (the
-        -- fencing token).
-        RETURN QUERY
-        WITH moved AS (
+        IF dead IS NOT NULL THEN
             UPDATE alk.jobs j
-               SET state = CASE WHEN j.attempts - j.attempts_refunded >= j.max_attempts OR j.expires_at <= clock THEN 'dead' ELSE 'processing' END,
-                   died_at = CASE WHEN j.attempts - j.attempts_refunded >= j.max_attempts OR j.expires_at <= clock THEN clock END,
-                   purge_at = CASE WHEN j.attempts - j.attempts_refunded >= j.max_attempts OR j.expires_at <= clock THEN alk._purge_at(clock, j.dead_letter_retention_s) END,
-                   last_error = CASE WHEN j.attempts - j.attempts_refunded >= j.max_attempts THEN 'max attempts exceeded'
-                                     WHEN j.expires_at <= clock THEN 'expired' END,
-                   worker_id = CASE WHEN j.attempts - j.attempts_refunded >= j.max_attempts OR j.expires_at <= clock THEN j.worker_id ELSE wid END,
-                   claimed_at = CASE WHEN j.attempts - j.attempts_refunded >= j.max_attempts OR j.expires_at <= clock THEN j.claimed_at ELSE clock END,
-                   claim_expires_at = CASE WHEN j.attempts - j.attempts_refunded >= j.max_attempts OR j.expires_at <= clock THEN j.claim_expires_at
-                                           ELSE alk._sat_add(clock, j.visibility_timeout_s) END,
-                   attempts = CASE WHEN j.attempts - j.attempts_refunded >= j.max_attempts OR j.expires_at <= clock THEN j.attempts ELSE j.attempts + 1 END
-             WHERE j.id = ANY (picked) AND j.queue = _claim.queue
-            RETURNING j.*
-        )
-        SELECT c.id, c.queue, c.state, c.payload, c.priority, c.run_at, c.attempts, c.max_attempts, c.worker_id,
-               c.claimed_at, c.claim_expires_at, c.created_at, c.expires_at, c.visibility_timeout_s,
-               c.backoff_base_s, c.dead_letter_retention_s, c.last_error, c.died_at, c.dedup_key,
-               c.attempts_refunded
-          FROM moved c
-         WHERE c.state = 'processing'
-         ORDER BY c.priority DESC, c.run_at, c.id;
-        GET DIAGNOSTICS claimed = ROW_COUNT;
-        wanted := wanted - claimed;
+               SET state = 'dead', died_at = clock,
+                   purge_at = alk._purge_at(clock, j.dead_letter_retention_s),
+                   last_error = CASE WHEN j.attempts - j.attempts_refunded >= j.max_attempts
+                                     THEN 'max attempts exceeded' ELSE 'expired' END
+             WHERE j.id = ANY (dead) AND j.queue = _claim.queue;
+        END IF;
+
+        IF live IS NOT NULL THEN
+            -- attempts only grows: it is the fencing token.
+            RETURN QUERY
+            WITH moved AS (
+                UPDATE alk.jobs j
+                   SET state = 'processing', worker_id = wid, claimed_at = clock,
+                       claim_expires_at = alk._sat_add(clock, j.visibility_timeout_s),
+                       attempts = j.attempts + 1
+                 WHERE j.id = ANY (live) AND j.queue = _claim.queue
+                RETURNING j.*
+            )
+            SELECT c.id, c.queue, c.state, c.payload, c.priority, c.run_at, c.attempts, c.max_attempts, c.worker_id,
+                   c.claimed_at, c.claim_expires_at, c.created_at, c.expires_at, c.visibility_timeout_s,
+                   c.backoff_base_s, c.dead_letter_retention_s, c.last_error, c.died_at, c.dedup_key,
+                   c.attempts_refunded
+              FROM moved c
+             ORDER BY c.priority DESC, c.run_at, c.id;
+            GET DIAGNOSTICS claimed = ROW_COUNT;
+            wanted := wanted - claimed;
+        END IF;
         -- Only burying leaves room to look again; otherwise the queue is empty
         -- of claimable rows (or we have enough).
-        EXIT WHEN cardinality(picked) = claimed OR wanted <= 0;
+        EXIT WHEN dead IS NULL OR wanted <= 0;
     END LOOP;
 END
 $$;

@@ -271,6 +271,24 @@ def test_exhausted_and_expired_due_rows_are_buried_by_claim(clocked):
     assert job(clocked, zero)["died_at"] == NOW
 
 
+def test_one_claim_buries_and_claims_from_the_same_pick_in_claim_order(clocked):
+    # The pick splits its locked rows into buried and claimed ones: a batch
+    # that holds both buries the dead, claims the live in claim order and
+    # looks again for as many rows as were buried.
+    dead = enqueue(clocked, payload='"dead"', max_attempts=0, priority=9)
+    first = enqueue(clocked, payload='"first"', priority=8)
+    expired = enqueue(clocked, payload='"expired"', expires=0, priority=7)
+    second = enqueue(clocked, payload='"second"', priority=6)
+    third = enqueue(clocked, payload='"third"', priority=5)
+    claimed = claim(clocked, 3, worker="a")
+    assert [r["id"] for r in claimed] == [first, second, third]
+    assert [(r["state"], r["attempts"], r["worker_id"]) for r in claimed] == [("processing", 1, "a")] * 3
+    for buried, error in ((dead, "max attempts exceeded"), (expired, "expired")):
+        row = job(clocked, buried)
+        assert (row["state"], row["last_error"], row["died_at"]) == ("dead", error, NOW)
+        assert (row["attempts"], row["worker_id"], row["claimed_at"]) == (0, None, None)
+
+
 def test_lapsed_lease_on_the_last_attempt_dies_on_the_next_claim(db):
     pin_clock(db, NOW)
     job_id = enqueue(db, max_attempts=1, visibility_timeout_s=5)
