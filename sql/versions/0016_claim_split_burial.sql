@@ -1,4 +1,4 @@
--- pyalk 0016: claim_split_burial (what changes and why; the rule itself lives in sql/<mechanism>.sql).
+-- pyalk 0016: alk._claim splits the rows it locks into live and dead in its pick: the claim UPDATE is a plain SET, burial its own statement run only when a due row must be buried.
 
 -- alk._claim(text,text,bigint): changed or new in the current files
 CREATE OR REPLACE FUNCTION alk._claim(queue text, worker_id text, n bigint)
