@@ -353,7 +353,8 @@ def test_an_idle_worker_advertises_again_after_each_wake_up_and_misses_no_burst(
         try:
             conns = [psycopg.connect(dsn, autocommit=True) for _ in range(enqueuers)]
             for burst in range(bursts):
-                until(lambda: len(handled) == burst * per_burst and advertised(), f"idle before burst {burst}")
+                done = burst * per_burst
+                until(lambda done=done: len(handled) == done and advertised(), f"idle before burst {burst}")
                 threads = [threading.Thread(target=lambda c=c: [c.execute("SELECT alk.enqueue('q', '1')")
                                                                 for _ in range(per_burst // enqueuers)])
                            for c in conns]
