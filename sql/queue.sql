@@ -167,15 +167,31 @@ COMMENT ON FUNCTION alk._purge_at(bigint, bigint) IS
 --
 -- Who is notified (docs/design.md, "Wake-ups"): NOTIFY serialises the
 -- commits of notifying transactions on one instance-wide lock, so an enqueue
--- notifies only when a worker waits idle on the queue. A worker LISTENs,
--- commits its advert (alk.wait_for_jobs), then reads the transactions in
--- progress (alk.wake_fence) and claims again once each has ended. An enqueue
--- inserts first and looks for adverts in a later statement (a newer
--- snapshot): if it missed the advert, it was in progress when the advert
--- committed, so it is in the worker's fence and the worker's next claim after
--- it ends sees its rows. Outside READ COMMITTED a statement sees the
--- transaction's first snapshot, which may predate the advert; such
--- enqueues always notify.
+-- notifies only when it consumes an advert: one NOTIFY per idle period.
+-- A worker LISTENs, commits its advert (alk.wait_for_jobs), then reads the
+-- transactions in progress (alk.wake_fence) and claims, and again once each
+-- of them has ended. An enqueue inserts first, then in a later statement (a
+-- newer snapshot) deletes every advert of the queue it can lock (FOR UPDATE
+-- SKIP LOCKED: enqueues never wait for each other) and notifies if it
+-- deleted one. A notified worker's advert is gone: it advertises again and
+-- takes a new fence before it waits again, every time, even when its claim
+-- came back empty. Why no wake-up is lost, for an enqueue E that took none:
+-- * the advert had not committed in E's snapshot: E had inserted, so it was
+--   in progress at that commit, hence in the fence or ended before the
+--   claim that follows it;
+-- * an enqueue E2 held it: E2 deletes it and notifies at its commit; the
+--   worker's claim then, or its next advert's fence (E was in progress when
+--   that advert committed), covers E. If E2 rolls back instead, or keeps its
+--   transaction open, the advert stays or stays held: E's job waits for the
+--   next enqueue that takes the advert, E2's end, or the worker's fallback
+--   poll (the one gap; the price of never serialising enqueues);
+-- * the worker held it (advertising again, not yet committed): E was in
+--   progress at that commit, as in the first case;
+-- * a committed enqueue had deleted it: its notification reaches the
+--   worker, who advertises again after E's statement began, first case.
+-- Outside READ COMMITTED a statement sees the transaction's first snapshot,
+-- which may predate the advert, and a locking read of a row changed since
+-- would fail the enqueue: such enqueues always notify and take no advert.
 CREATE FUNCTION alk._queue_channel(queue text)
 RETURNS text
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
@@ -196,8 +212,9 @@ $$;
 COMMENT ON FUNCTION alk.queue_channel(text) IS
 'The LISTEN channel of a queue: ''alk_q_'' and the first 32 hex digits of sha256(queue as UTF-8), a 38-byte '
 'identifier whatever the name. A worker that waits idle (alk.wait_for_jobs) is notified there at the commit of '
-'every later-committing enqueue, release or requeue of the queue, and by alk.resume_queue; with an empty payload: '
-'on wake-up, claim. Example: SELECT alk.queue_channel(''emails''); then LISTEN "<that channel>";';
+'the first enqueue, release or requeue of the queue that commits after the advert (it consumes the advert: one '
+'notification per idle period; advertise again before waiting again), and by alk.resume_queue; with an empty '
+'payload: on wake-up, claim. Example: SELECT alk.queue_channel(''emails''); then LISTEN "<that channel>";';
 
 CREATE FUNCTION alk._wake(queue text)
 RETURNS void
@@ -208,14 +225,22 @@ BEGIN
     -- Called in a statement after the insert (see above): a fresh snapshot
     -- under READ COMMITTED. alk._enqueue and alk._enqueue_one write this
     -- check out inline (no call frame per enqueue): change all three.
-    IF pg_catalog.current_setting('transaction_isolation') <> 'read committed'
-       OR EXISTS (SELECT FROM alk.idle_workers w WHERE w.queue = _wake.queue) THEN
+    -- Consume every advert of the queue that no one else holds (SKIP LOCKED:
+    -- enqueues never wait for each other here); notify only if one was taken.
+    IF pg_catalog.current_setting('transaction_isolation') <> 'read committed' THEN
         PERFORM pg_catalog.pg_notify(alk._queue_channel(_wake.queue), '');
+    ELSIF EXISTS (SELECT FROM alk.idle_workers w WHERE w.queue = _wake.queue) THEN
+        DELETE FROM alk.idle_workers w
+         WHERE w.ctid = ANY (ARRAY(SELECT v.ctid FROM alk.idle_workers v WHERE v.queue = _wake.queue
+                                     FOR UPDATE SKIP LOCKED));
+        IF FOUND THEN
+            PERFORM pg_catalog.pg_notify(alk._queue_channel(_wake.queue), '');
+        END IF;
     END IF;
 END
 $$;
 COMMENT ON FUNCTION alk._wake(text) IS
-'internal: notify the queue''s channel when a worker waits idle on it (or the isolation level is above READ COMMITTED)';
+'internal: consume the queue''s idle adverts and notify its channel if one was taken (always notify above READ COMMITTED)';
 
 CREATE FUNCTION alk.wait_for_jobs(queue text, worker_id text)
 RETURNS text
@@ -228,21 +253,37 @@ DECLARE
 BEGIN
     -- Adverts of connections that are gone only cost notifies; clear them
     -- here, off the hot path.
+    -- here, off the hot path. Never wait on a row lock: an advert locked by
+    -- an enqueue is being consumed by it (SKIP LOCKED throughout).
     DELETE FROM alk.idle_workers w
-     WHERE w.queue = q
-       AND w.pid NOT IN (SELECT a.pid FROM pg_catalog.pg_stat_get_activity(NULL) a WHERE a.pid IS NOT NULL);
-    INSERT INTO alk.idle_workers AS w (queue, worker_id, pid, since)
-    VALUES (q, wid, pg_catalog.pg_backend_pid(), alk.now())
-    ON CONFLICT ON CONSTRAINT idle_workers_pkey DO UPDATE SET pid = excluded.pid, since = excluded.since;
+     WHERE w.ctid = ANY (ARRAY(
+            SELECT v.ctid FROM alk.idle_workers v
+             WHERE v.queue = q
+               AND v.pid NOT IN (SELECT a.pid FROM pg_catalog.pg_stat_get_activity(NULL) a WHERE a.pid IS NOT NULL)
+               FOR UPDATE SKIP LOCKED));
+    UPDATE alk.idle_workers w SET pid = pg_catalog.pg_backend_pid(), since = alk.now()
+     WHERE w.ctid = ANY (ARRAY(SELECT v.ctid FROM alk.idle_workers v WHERE v.queue = q AND v.worker_id = wid
+                                 FOR UPDATE SKIP LOCKED));
+    -- A row we could not lock is an enqueue's to delete: it notifies at its
+    -- commit (the caller advertises again then), or it rolls back and the
+    -- advert stays. Inserting beside it would wait for that enqueue.
+    IF NOT FOUND AND NOT EXISTS (SELECT FROM alk.idle_workers v WHERE v.queue = q AND v.worker_id = wid) THEN
+        INSERT INTO alk.idle_workers AS w (queue, worker_id, pid, since)
+        VALUES (q, wid, pg_catalog.pg_backend_pid(), alk.now())
+        ON CONFLICT ON CONSTRAINT idle_workers_pkey DO NOTHING;
+    END IF;
     RETURN alk._queue_channel(q);
 END
 $$;
 COMMENT ON FUNCTION alk.wait_for_jobs(text, text) IS
-'Advertise worker_id as waiting idle on queue, so enqueues notify the queue''s channel (returned). The protocol: '
-'LISTEN on the channel first; call this in its own transaction; then fence := alk.wake_fence(); claim; when the '
-'claim is empty, wait for a notification, and meanwhile poll fence := alk.wake_fence(fence) on a short timer, '
-'claiming again whenever it shrinks (an enqueue that was in flight has ended). Call alk.stop_waiting once busy again. '
-'Example: LISTEN "alk_q_..."; SELECT alk.wait_for_jobs(''emails'', ''worker-1'');';
+'Advertise worker_id as waiting idle on queue, so the next enqueue notifies the queue''s channel (returned) and '
+'consumes the advert. The protocol: LISTEN on the channel first; call this in its own transaction; then '
+'fence := alk.wake_fence(); claim; when the claim is empty, wait for a notification, and meanwhile poll '
+'fence := alk.wake_fence(fence) on a short timer, claiming again whenever it shrinks (an enqueue that was in flight '
+'has ended). After every notification the advert is gone: claim, and before waiting again call this again and take '
+'a new fence, even when the claim was empty. Call alk.stop_waiting once busy again. '
+'Example: LISTEN "alk_q_..."; SELECT alk.wait_for_jobs(''emails'', ''worker-1''); SELECT alk.wake_fence(); '
+'-- claim; wait; on a notification: claim, then SELECT alk.wait_for_jobs(''emails'', ''worker-1''); again';
 
 CREATE FUNCTION alk.wake_fence(in_progress bigint[] DEFAULT NULL)
 RETURNS bigint[]
@@ -275,12 +316,17 @@ DECLARE
     q text := alk._name_ok('queue', stop_waiting.queue, true);
     wid text := alk._name_ok('worker_id', stop_waiting.worker_id, true);
 BEGIN
-    DELETE FROM alk.idle_workers w WHERE w.queue = q AND w.worker_id = wid;
-    RETURN FOUND;
+    -- SKIP LOCKED: an advert an enqueue holds is being consumed by it; a
+    -- busy worker never waits for an enqueuer's commit.
+    DELETE FROM alk.idle_workers w
+     WHERE w.ctid = ANY (ARRAY(SELECT v.ctid FROM alk.idle_workers v WHERE v.queue = q AND v.worker_id = wid
+                                 FOR UPDATE SKIP LOCKED));
+    RETURN FOUND OR EXISTS (SELECT FROM alk.idle_workers v WHERE v.queue = q AND v.worker_id = wid);
 END
 $$;
 COMMENT ON FUNCTION alk.stop_waiting(text, text) IS
-'Withdraw the idle advert of alk.wait_for_jobs: enqueues stop notifying for this worker. True if it was advertised. '
+'Withdraw the idle advert of alk.wait_for_jobs (an enqueue that consumed it has already): enqueues stop notifying '
+'for this worker. Never waits for an enqueue. True if it was advertised. '
 'A busy system has no adverts, so its enqueues never notify. Example: SELECT alk.stop_waiting(''emails'', ''worker-1'');';
 
 -- enqueue -------------------------------------------------------------------
@@ -338,11 +384,18 @@ BEGIN
     -- Identity values are drawn in insertion order, so id order is input order.
     SELECT inserted.id FROM inserted ORDER BY inserted.id;
     -- alk._wake's check, written out here: the hot path pays no call frame
-    -- for it. A later statement than the insert: a fresh snapshot under
-    -- READ COMMITTED (the protocol in the wake-ups section above).
-    IF pg_catalog.current_setting('transaction_isolation') <> 'read committed'
-       OR EXISTS (SELECT FROM alk.idle_workers w WHERE w.queue = _enqueue.queue) THEN
+    -- for it (the protocol in the wake-ups section above). A later statement
+    -- than the insert: a fresh snapshot under READ COMMITTED. The EXISTS
+    -- keeps a busy queue (no adverts) to one index probe, no lock.
+    IF pg_catalog.current_setting('transaction_isolation') <> 'read committed' THEN
         PERFORM pg_catalog.pg_notify(alk._queue_channel(_enqueue.queue), '');
+    ELSIF EXISTS (SELECT FROM alk.idle_workers w WHERE w.queue = _enqueue.queue) THEN
+        DELETE FROM alk.idle_workers w
+         WHERE w.ctid = ANY (ARRAY(SELECT v.ctid FROM alk.idle_workers v WHERE v.queue = _enqueue.queue
+                                     FOR UPDATE SKIP LOCKED));
+        IF FOUND THEN
+            PERFORM pg_catalog.pg_notify(alk._queue_channel(_enqueue.queue), '');
+        END IF;
     END IF;
 END
 $$;
@@ -409,11 +462,18 @@ BEGIN
         END LOOP;
     END IF;
     -- alk._wake's check, written out here: the hot path pays no call frame
-    -- for it. A later statement than the insert: a fresh snapshot under
-    -- READ COMMITTED (the protocol in the wake-ups section above).
-    IF pg_catalog.current_setting('transaction_isolation') <> 'read committed'
-       OR EXISTS (SELECT FROM alk.idle_workers w WHERE w.queue = p_queue) THEN
+    -- for it (the protocol in the wake-ups section above). A later statement
+    -- than the insert: a fresh snapshot under READ COMMITTED. The EXISTS
+    -- keeps a busy queue (no adverts) to one index probe, no lock.
+    IF pg_catalog.current_setting('transaction_isolation') <> 'read committed' THEN
         PERFORM pg_catalog.pg_notify(alk._queue_channel(p_queue), '');
+    ELSIF EXISTS (SELECT FROM alk.idle_workers w WHERE w.queue = p_queue) THEN
+        DELETE FROM alk.idle_workers w
+         WHERE w.ctid = ANY (ARRAY(SELECT v.ctid FROM alk.idle_workers v WHERE v.queue = p_queue
+                                     FOR UPDATE SKIP LOCKED));
+        IF FOUND THEN
+            PERFORM pg_catalog.pg_notify(alk._queue_channel(p_queue), '');
+        END IF;
     END IF;
     RETURN v_id;
 END

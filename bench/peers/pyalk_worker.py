@@ -250,20 +250,27 @@ async def _listen_bare(dsn: str, channel_sql: str) -> None:
     from psycopg import sql
 
     _exit_when_stdin_closes()
-    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+    async with (
+        await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn,
+        await psycopg.AsyncConnection.connect(dsn, autocommit=True) as advert,
+    ):
         row = await (await conn.execute(channel_sql)).fetchone()  # type: ignore[arg-type]
         assert row is not None
         await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(row[0])))
-        if "queue_channel" in channel_sql:
-            # Enqueues notify advertised idle workers only (docs/design.md): the
-            # floor advertises once and stays advertised.
-            await conn.execute("SELECT alk.wait_for_jobs('wake', 'floor')")
+        # Enqueues notify advertised idle workers only, and the enqueue that
+        # notifies consumes the advert (docs/design.md): the floor advertises
+        # again after each notification, after its stamp.
+        queue = "queue_channel" in channel_sql
+        if queue:
+            await advert.execute("SELECT alk.wait_for_jobs('wake', 'floor')")
         _emit("ready")
         seq = 0
         async for _notify in conn.notifies():
             t = _now_ns()
             _emit(f"{seq} {t}")
             seq += 1
+            if queue:
+                await advert.execute("SELECT alk.wait_for_jobs('wake', 'floor')", prepare=True)
 
 
 async def _listen_claim(dsn: str) -> None:
@@ -281,7 +288,8 @@ async def _listen_claim(dsn: str) -> None:
         row = await (await listen.execute("SELECT alk.queue_channel('wake')")).fetchone()
         assert row is not None
         await listen.execute(sql.SQL("LISTEN {}").format(sql.Identifier(row[0])))
-        await listen.execute("SELECT alk.wait_for_jobs('wake', 'probe')")  # stays advertised: every enqueue wakes it
+        advertise = "SELECT alk.wait_for_jobs('wake', 'probe')"  # consumed by the enqueue that notifies
+        await conn.execute(advertise)
         claim = "SELECT id, attempts, payload FROM alk.claim('wake', 'probe', 1)"
         for _ in range(3):
             await conn.execute(claim, prepare=True)  # prepared before the first wake
@@ -292,6 +300,7 @@ async def _listen_claim(dsn: str) -> None:
             for job_id, attempt, payload in jobs:
                 _emit(f"{payload['seq']} {t}")
                 await conn.execute("SELECT alk.ack(%s, 'probe', %s)", [job_id, attempt], prepare=True)
+            await conn.execute(advertise, prepare=True)  # after the stamp: advertise again before waiting
 
 
 async def _listen_stream(dsn: str) -> None:

@@ -47,6 +47,9 @@ class AsyncListener:
         self._pause = 0.0  # owed by a loss: waited before the next connect
         #: How many times the connection was lost (each loss is followed by a reconnect).
         self.reconnects = 0
+        #: Notifications :meth:`run` received (and connects, which may hide one):
+        #: a worker's idle advert is consumed by the enqueue that notifies it.
+        self.notified = 0
 
     @property
     def channel(self) -> str | None:
@@ -125,10 +128,12 @@ class AsyncListener:
                     conn = await self._open()
                     self.healthy()
                     logger.debug("listening on %s", self._channel, extra={**extra, "channel": self._channel})
+                    self.notified += 1
                     wake.set()
                     while not stop.is_set():
                         # Short slices: the threaded form notices a stop between them.
                         async for _notify in conn.notifies(timeout=0.25):
+                            self.notified += 1
                             wake.set()
                     return
                 except TRANSIENT_ERRORS as error:

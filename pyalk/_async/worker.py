@@ -21,7 +21,9 @@ Every queue rule (claim order, leases, fencing, backoff, burial) is the SQL's
   (``alk.wait_for_jobs``, after LISTEN) so enqueues notify it, claims once
   more behind the advert's fence (``alk.wake_fence``), waits for NOTIFY, a
   fallback poll or ``alk.next_claim_at``, and withdraws the advert once busy
-  again (``alk.stop_waiting``); a busy worker is never notified;
+  again (``alk.stop_waiting``); a busy worker is never notified; the enqueue
+  that notifies consumes the advert, so after any notification the worker
+  advertises again (and takes a new fence) before it waits again;
 * it heartbeats each running job every half visibility timeout, counted from
   its claim;
 * on stop (``stop()``, SIGINT, SIGTERM) it stops claiming, releases what it
@@ -223,6 +225,7 @@ class AsyncWorker:
         self._window = math.inf  # seconds a claimed job may wait to start (the last claim's leases)
         self._drained = False  # the last claim came back short: refill on a wake-up, not at half a buffer
         self._advertised = False  # idle advert in place (alk.wait_for_jobs)
+        self._advertised_at = 0  # the listener's notification count when it was made
         self._debug = False
         # Set from any thread or signal handler; waited on by the loops.
         self._stopped = AsyncEvent()  # claiming is over: ends backoff sleeps and the listener
@@ -413,6 +416,11 @@ class AsyncWorker:
                             await self._retire()
                         continue  # maybe more are due
                     self._drained = True
+                    if self._advertised and self._listener is not None \
+                            and self._listener.notified != self._advertised_at:
+                        # Notified since the advert: the enqueue that notified
+                        # consumed it. Advertise again before waiting again.
+                        self._advertised = False
                     if not self._advertised and self._listener is not None and self._listener.listening:
                         fence = await self._advertise()
                         claim_now = True  # the protocol: claim once more behind the advert
@@ -476,6 +484,8 @@ class AsyncWorker:
     async def _advertise(self) -> list[int]:
         """Idle: advertise (enqueues notify from its commit on) and take the
         fence of the transactions that may have missed the advert."""
+        assert self._listener is not None
+        self._advertised_at = self._listener.notified  # a notification from here on may consume it
         await self.queue.wait_for_jobs(self.worker_id)
         self._advertised = True
         return await self.queue.wake_fence()

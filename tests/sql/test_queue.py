@@ -1122,13 +1122,16 @@ def test_no_wake_up_is_lost_under_concurrent_enqueues(connect):
     got: list[int] = []
     deadline = time.monotonic() + 60
     got += worker.claim()
-    while len(got) < total and time.monotonic() < deadline:
+    settled = False
+    while len(got) < total and not settled and time.monotonic() < deadline:
+        # Every wait starts from a fresh advert and fence: a notification
+        # consumed the last one, even when the claim after it was empty.
         fence = worker.go_idle()
         claimed = worker.claim()
         while not claimed and time.monotonic() < deadline:
             if worker.notified(0.005):
                 claimed = worker.claim()
-                continue
+                break  # the advert is gone: advertise again before waiting again
             smaller = one(worker.conn, "SELECT alk.wake_fence(%s::bigint[])", fence)
             if len(smaller) < len(fence):
                 claimed = worker.claim()
@@ -1136,11 +1139,77 @@ def test_no_wake_up_is_lost_under_concurrent_enqueues(connect):
             if not fence and not claimed and all(not t.is_alive() for t in threads):
                 claimed = worker.claim()
                 if not claimed:
-                    break  # everything committed was claimed: nothing can be missing
-        one(worker.conn, "SELECT alk.stop_waiting('q', 'idle')")
+                    settled = True  # everything committed was claimed: nothing can be missing
+                    break
+        if claimed:
+            one(worker.conn, "SELECT alk.stop_waiting('q', 'idle')")
         got += claimed
-        if all(not t.is_alive() for t in threads) and not claimed and len(got) < total:
-            break
     for t in threads:
         t.join()
     assert len(got) == total and len(set(got)) == total
+
+
+# 0014: an advert is consumed by the enqueue that uses it --------------------------------
+
+
+def adverts(db: psycopg.Connection, queue: str = "q") -> int:
+    return int(one(db, "SELECT count(*) FROM alk.idle_workers WHERE queue = %s", queue))
+
+
+def test_an_enqueue_consumes_the_advert_and_notifies_once(db, connect):
+    worker = IdleWorker(connect())
+    other = IdleWorker(connect())
+    worker.go_idle()
+    one(other.conn, "SELECT alk.wait_for_jobs('q', 'other')")
+    first = enqueue(db)
+    assert adverts(db) == 0  # one enqueue takes every advert of the queue
+    assert worker.notified(5) and other.notified(5)  # NOTIFY reaches every listener anyway
+    second = enqueue(db)
+    assert not worker.notified(0.3)  # no advert: no NOTIFY, no notify lock
+    assert worker.claim() == [first, second]
+    worker.go_idle()  # advertised again: the next enqueue notifies again
+    third = enqueue(db)
+    assert worker.notified(5)
+    assert worker.claim() == [third]
+
+
+@pytest.mark.parametrize("wake", ["enqueue", "enqueue_batch", "release", "requeue"])
+def test_every_wake_path_consumes_the_advert(db, connect, wake):
+    worker = IdleWorker(connect())
+    job_id = enqueue(db)
+    attempt = one(db, "SELECT attempts FROM alk.claim('q', 'w1', 1)")
+    if wake == "requeue":
+        assert one(db, "SELECT alk.fail(%s, 'w1', %s, 'x')", job_id, attempt) is True
+    worker.go_idle()
+    if wake == "enqueue":
+        enqueue(db)
+    elif wake == "enqueue_batch":
+        db.execute("SELECT alk.enqueue_batch('q', ARRAY['{}'::jsonb, '{}'::jsonb])")
+    elif wake == "release":
+        assert one(db, "SELECT alk.release_jobs(ARRAY[%s]::bigint[], 'w1', ARRAY[%s]::bigint[])", job_id, attempt) == 1
+    else:
+        assert one(db, "SELECT alk.requeue_dead('q')") == 1
+    assert worker.notified(5)
+    assert adverts(db) == 0
+
+
+def test_concurrent_enqueues_never_wait_for_each_other_on_an_advert(db, connect):
+    """One enqueue consumed the advert and keeps its transaction open: others
+    skip the locked advert and commit at once (lock_timeout would fail them
+    otherwise); the worker withdraws and advertises without waiting either.
+    The holder notifies at its commit, once."""
+    worker = IdleWorker(connect())
+    worker.go_idle()
+    holder = connect(autocommit=False)
+    held = enqueue(holder)  # took the advert, holds its row lock until commit
+    others = [connect() for _ in range(3)]
+    for conn in [*others, worker.conn]:
+        conn.execute("SET lock_timeout = '2s'")
+    quick = [enqueue(conn) for conn in others]  # each would raise 55P03 had it waited
+    assert not worker.notified(0.3)  # they skipped the advert: the holder will notify
+    assert one(worker.conn, "SELECT alk.stop_waiting('q', 'idle')") is True  # held, not waited for
+    assert one(worker.conn, "SELECT alk.wait_for_jobs('q', 'idle')")
+    holder.commit()
+    assert worker.notified(5)
+    assert sorted(worker.claim()) == sorted([held, *quick])
+    assert not worker.notified(0.2)

@@ -84,18 +84,27 @@ class Listener:
         self.names = {channel_of(q): q for q in (*queues, "sentinel")}
         for channel in self.names:
             conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
-        # Enqueues notify only workers that wait idle (alk.wait_for_jobs).
+        self.advertise()
+
+    def advertise(self) -> None:
+        # Enqueues notify only workers that wait idle (alk.wait_for_jobs),
+        # and the enqueue that notifies consumes the advert (0014).
         for queue in self.names.values():
-            conn.execute("SELECT alk.wait_for_jobs(%s, 'listener')", [queue])
+            self.conn.execute("SELECT alk.wait_for_jobs(%s, 'listener')", [queue])
 
     def heard(self, writer: psycopg.Connection) -> list[tuple[str, str]]:
         """(queue, payload) of every notification committed before now."""
         enqueue(writer, "sentinel")
         heard = []
+        done = False
         for notify in self.conn.notifies(timeout=10):
             if self.names[notify.channel] == "sentinel":
-                return heard
+                done = True
+                break
             heard.append((self.names[notify.channel], notify.payload))
+        if done:
+            self.advertise()  # as a worker does after every wake-up (not inside notifies(): it holds the connection)
+            return heard
         raise AssertionError(f"the sentinel notification did not arrive within 10 s (heard {heard})")
 
 

@@ -20,7 +20,7 @@ import pytest
 
 from pyalk import AsyncAlk, AsyncJobHandle, AsyncWorker, InvalidArgument, InvalidName, PermanentError, QueueOpts
 from pyalk.worker_state import WorkerState
-from tests.helpers import until
+from tests.helpers import one, until
 
 DEADLINE = 30.0
 APP = "pyalk-worker-test"
@@ -327,6 +327,52 @@ async def test_an_idle_worker_wakes_on_notify_long_before_its_poll(alk, db, dsn)
     await worker.run()
     thread.join()
     assert handled and handled[0] - enqueued[0] < 30  # woken by NOTIFY, not the 60 s poll
+
+
+async def test_an_idle_worker_advertises_again_after_each_wake_up_and_misses_no_burst(alk, db, dsn):
+    """Each enqueue that notifies consumes the advert: the worker must
+    advertise again after every wake-up. Bursts from concurrent connections
+    land on an idle worker whose fallback poll is an hour away, so one lost
+    wake-up would show as a timeout."""
+    worker: AsyncWorker
+    handled: list[int] = []
+
+    async def handler(job: AsyncJobHandle) -> None:
+        handled.append(job.id)
+
+    worker = AsyncWorker(alk, "q", handler, worker_id="bursty", poll_interval=3600, handle_signals=False)
+    bursts, per_burst, enqueuers = 8, 12, 4
+    failures: list[BaseException] = []
+
+    def advertised() -> bool:
+        return bool(one(db, "SELECT count(*) = 1 FROM alk.idle_workers WHERE worker_id = 'bursty'"))
+
+    def produce() -> None:
+        try:
+            conns = [psycopg.connect(dsn, autocommit=True) for _ in range(enqueuers)]
+            for burst in range(bursts):
+                done = burst * per_burst
+                until(lambda done=done: len(handled) == done and advertised(), f"idle before burst {burst}")
+                threads = [threading.Thread(target=lambda c=c: [c.execute("SELECT alk.enqueue('q', '1')")
+                                                                for _ in range(per_burst // enqueuers)])
+                           for c in conns]
+                for t in threads:
+                    t.start()
+                for t in threads:
+                    t.join()
+            until(lambda: len(handled) == bursts * per_burst, "every burst handled")
+            for c in conns:
+                c.close()
+        except BaseException as error:
+            failures.append(error)
+        finally:
+            worker.stop()
+
+    thread = in_thread(produce)
+    await worker.run()
+    thread.join()
+    assert not failures, failures
+    assert len(handled) == len(set(handled)) == bursts * per_burst
 
 
 async def test_a_worker_sleeps_until_next_claim_at_not_a_full_poll(alk, db):
