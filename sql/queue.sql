@@ -167,28 +167,27 @@ COMMENT ON FUNCTION alk._purge_at(bigint, bigint) IS
 --
 -- Who is notified (docs/design.md, "Wake-ups"): NOTIFY serialises the
 -- commits of notifying transactions on one instance-wide lock, so an enqueue
--- notifies only when it consumes an advert: one NOTIFY per idle period.
+-- notifies only while a worker's advert is visible to it, and the enqueue
+-- that sees it consumes it: about one NOTIFY per idle period.
 -- A worker LISTENs, commits its advert (alk.wait_for_jobs), then reads the
 -- transactions in progress (alk.wake_fence) and claims, and again once each
 -- of them has ended. An enqueue inserts first, then in a later statement (a
 -- newer snapshot) deletes every advert of the queue it can lock (FOR UPDATE
--- SKIP LOCKED: enqueues never wait for each other) and notifies if it
--- deleted one. A notified worker's advert is gone: it advertises again and
--- takes a new fence before it waits again, every time, even when its claim
--- came back empty. Why no wake-up is lost, for an enqueue E that took none:
--- * the advert had not committed in E's snapshot: E had inserted, so it was
---   in progress at that commit, hence in the fence or ended before the
---   claim that follows it;
--- * an enqueue E2 held it: E2 deletes it and notifies at its commit; the
---   worker's claim then, or its next advert's fence (E was in progress when
---   that advert committed), covers E. If E2 rolls back instead, or keeps its
---   transaction open, the advert stays or stays held: E's job waits for the
---   next enqueue that takes the advert, E2's end, or the worker's fallback
---   poll (the one gap; the price of never serialising enqueues);
--- * the worker held it (advertising again, not yet committed): E was in
---   progress at that commit, as in the first case;
--- * a committed enqueue had deleted it: its notification reaches the
---   worker, who advertises again after E's statement began, first case.
+-- SKIP LOCKED: enqueues never wait for each other) and notifies if it saw
+-- any, taken or held by another. Once a deletion has committed, later
+-- enqueues see no advert and do not notify. A notified worker's advert is
+-- gone: it advertises again and takes a new fence before it waits again,
+-- every time, even when its claim came back empty. No wake-up is lost, for
+-- an enqueue E:
+-- * E saw an advert: E notifies at its commit, whatever became of the
+--   advert (another enqueue holding it may roll back or stay open);
+-- * E saw none because it had not committed in E's snapshot (the worker's
+--   advert, or its advertising again): E had inserted, so it was in progress
+--   at that commit, hence in the fence or ended before the claim after it;
+-- * E saw none because a committed enqueue had deleted it: that enqueue's
+--   notification reaches the worker, who advertises again after E's
+--   statement began: the case above.
+-- The price: enqueues that run while a consuming enqueue commits notify too.
 -- Outside READ COMMITTED a statement sees the transaction's first snapshot,
 -- which may predate the advert, and a locking read of a row changed since
 -- would fail the enqueue: such enqueues always notify and take no advert.
@@ -226,21 +225,21 @@ BEGIN
     -- under READ COMMITTED. alk._enqueue and alk._enqueue_one write this
     -- check out inline (no call frame per enqueue): change all three.
     -- Consume every advert of the queue that no one else holds (SKIP LOCKED:
-    -- enqueues never wait for each other here); notify only if one was taken.
+    -- enqueues never wait for each other here); notify if any was visible.
     IF pg_catalog.current_setting('transaction_isolation') <> 'read committed' THEN
         PERFORM pg_catalog.pg_notify(alk._queue_channel(_wake.queue), '');
     ELSIF EXISTS (SELECT FROM alk.idle_workers w WHERE w.queue = _wake.queue) THEN
         DELETE FROM alk.idle_workers w
          WHERE w.ctid = ANY (ARRAY(SELECT v.ctid FROM alk.idle_workers v WHERE v.queue = _wake.queue
                                      FOR UPDATE SKIP LOCKED));
-        IF FOUND THEN
-            PERFORM pg_catalog.pg_notify(alk._queue_channel(_wake.queue), '');
-        END IF;
+        -- Notify even when another enqueue held the advert: it may roll back
+        -- or stay open, and only our own notification is certain.
+        PERFORM pg_catalog.pg_notify(alk._queue_channel(_wake.queue), '');
     END IF;
 END
 $$;
 COMMENT ON FUNCTION alk._wake(text) IS
-'internal: consume the queue''s idle adverts and notify its channel if one was taken (always notify above READ COMMITTED)';
+'internal: consume the queue''s idle adverts and notify its channel when one is visible (always above READ COMMITTED)';
 
 CREATE FUNCTION alk.wait_for_jobs(queue text, worker_id text)
 RETURNS text
@@ -252,7 +251,6 @@ DECLARE
     wid text := alk._name_ok('worker_id', wait_for_jobs.worker_id, true);
 BEGIN
     -- Adverts of connections that are gone only cost notifies; clear them
-    -- here, off the hot path.
     -- here, off the hot path. Never wait on a row lock: an advert locked by
     -- an enqueue is being consumed by it (SKIP LOCKED throughout).
     DELETE FROM alk.idle_workers w
@@ -393,9 +391,9 @@ BEGIN
         DELETE FROM alk.idle_workers w
          WHERE w.ctid = ANY (ARRAY(SELECT v.ctid FROM alk.idle_workers v WHERE v.queue = _enqueue.queue
                                      FOR UPDATE SKIP LOCKED));
-        IF FOUND THEN
-            PERFORM pg_catalog.pg_notify(alk._queue_channel(_enqueue.queue), '');
-        END IF;
+        -- Notify even when another enqueue held the advert: it may roll back
+        -- or stay open, and only our own notification is certain.
+        PERFORM pg_catalog.pg_notify(alk._queue_channel(_enqueue.queue), '');
     END IF;
 END
 $$;
@@ -471,9 +469,9 @@ BEGIN
         DELETE FROM alk.idle_workers w
          WHERE w.ctid = ANY (ARRAY(SELECT v.ctid FROM alk.idle_workers v WHERE v.queue = p_queue
                                      FOR UPDATE SKIP LOCKED));
-        IF FOUND THEN
-            PERFORM pg_catalog.pg_notify(alk._queue_channel(p_queue), '');
-        END IF;
+        -- Notify even when another enqueue held the advert: it may roll back
+        -- or stay open, and only our own notification is certain.
+        PERFORM pg_catalog.pg_notify(alk._queue_channel(p_queue), '');
     END IF;
     RETURN v_id;
 END

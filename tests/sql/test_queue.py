@@ -1196,8 +1196,8 @@ def test_every_wake_path_consumes_the_advert(db, connect, wake):
 def test_concurrent_enqueues_never_wait_for_each_other_on_an_advert(db, connect):
     """One enqueue consumed the advert and keeps its transaction open: others
     skip the locked advert and commit at once (lock_timeout would fail them
-    otherwise); the worker withdraws and advertises without waiting either.
-    The holder notifies at its commit, once."""
+    otherwise), and notify themselves: the holder may never commit. The worker
+    withdraws and advertises without waiting either."""
     worker = IdleWorker(connect())
     worker.go_idle()
     holder = connect(autocommit=False)
@@ -1206,10 +1206,26 @@ def test_concurrent_enqueues_never_wait_for_each_other_on_an_advert(db, connect)
     for conn in [*others, worker.conn]:
         conn.execute("SET lock_timeout = '2s'")
     quick = [enqueue(conn) for conn in others]  # each would raise 55P03 had it waited
-    assert not worker.notified(0.3)  # they skipped the advert: the holder will notify
+    assert worker.notified(5)  # they saw the held advert: their own commits wake the worker
+    assert sorted(worker.claim()) == sorted(quick)
     assert one(worker.conn, "SELECT alk.stop_waiting('q', 'idle')") is True  # held, not waited for
     assert one(worker.conn, "SELECT alk.wait_for_jobs('q', 'idle')")
     holder.commit()
     assert worker.notified(5)
-    assert sorted(worker.claim()) == sorted([held, *quick])
-    assert not worker.notified(0.2)
+    assert worker.claim() == [held]
+
+
+def test_an_enqueue_beside_a_consuming_enqueue_that_rolls_back_still_wakes_the_worker(db, connect):
+    """The advert's consumer rolls back: the advert is back and it sent
+    nothing, but the enqueue that committed meanwhile notified."""
+    worker = IdleWorker(connect())
+    worker.go_idle()
+    holder = connect(autocommit=False)
+    enqueue(holder)  # takes the advert
+    other = connect()
+    other.execute("SET lock_timeout = '2s'")
+    committed = enqueue(other)
+    holder.rollback()
+    assert adverts(db) == 1  # the consumer's delete rolled back with it
+    assert worker.notified(5)
+    assert worker.claim() == [committed]
