@@ -264,7 +264,7 @@ IDLE_WORKER = "bench-idle"
 #: The wake-up step of alk._enqueue_one as installed (the idle-advert check
 #: and its pg_notify); the scratch copies replace exactly this block (a
 #: changed definition fails the row loudly).
-WAKE_STEP = re.compile(r"IF pg_catalog\.current_setting\('transaction_isolation'\).*?END IF;\s*END IF;", re.S)
+WAKE_STEP = re.compile(r"IF pg_catalog\.current_setting\('transaction_isolation'\).*?END IF;", re.S)
 NOTIFY_STEP = "PERFORM pg_catalog.pg_notify(alk._queue_channel(p_queue), '');"
 ENQUEUE_SIGNATURE = "alk.enqueue(text, jsonb, bigint, bigint, bigint, bigint, bigint, bigint, bigint, bigint, text)"
 INNER_SIGNATURE = (
