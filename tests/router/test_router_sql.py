@@ -52,10 +52,14 @@ def test_the_partition_count_must_be_a_power_of_two(count: int):
 def test_names_spread_over_the_partitions_and_land_where_partition_of_says(routed: Target, tag: str):
     with psycopg.connect(routed.dsn, autocommit=True) as db:
         places = {}
-        for i in range(16):
+        # Names until every partition holds one (the tag is random: 16 fixed
+        # names miss one of 4 partitions about once in 25 runs).
+        for i in range(200):
             queue = f"{tag}-{i}"
             job_id = one(db, "SELECT alk.enqueue(%s, '{}')", queue)
             places[queue] = (job_id, one(db, "SELECT alk.partition_of(%s)", queue))
+            if i >= 15 and len({part for _, part in places.values()}) == len(routed.partitions):
+                break
     assert len({part for _, part in places.values()}) == len(routed.partitions)
     for queue, (_, part) in places.items():
         for i, conninfo in enumerate(routed.partitions):
