@@ -163,6 +163,7 @@ GROUPS = {
     "latency": "3. Latency and scale",
     "hostile": "4. Hostile conditions",
     "scale": "5. Scale out (PL/Proxy router)",
+    "dashboard": "6. Dashboard (issue 15)",
 }
 
 

@@ -71,7 +71,7 @@ def test_sql_rows_run_ours_and_the_floor(bench_ctx: Context, tmp_path: Path) -> 
     report.write_markdown(tmp_path / "benchmarks.md", meta, results, None)
     text = (tmp_path / "benchmarks.md").read_text(encoding="utf-8")
     assert "| clients | ours jobs/s | floor jobs/s | ours/floor |" in text
-    assert "## Targets (issue 7)" in text
+    assert "## Targets (issues 7, 11 and 15)" in text
     data = json.loads((tmp_path / "img" / "benchmarks.json").read_text(encoding="utf-8"))
     assert [row["key"] for row in data["rows"]] == [r.key for r in results]
 
