@@ -280,11 +280,11 @@ def test_queue_stats_counts_every_state_per_queue(clocked):
 
     assert stats(clocked) == [
         {"queue": "a", "pending": 4, "ready": 2, "scheduled": 2, "processing": 0, "lapsed": 0, "dead": 0,
-         "oldest_ready_age_s": 32, "next_run_at": NOW + 20, "paused": False},
+         "oldest_ready_age_s": 32, "next_run_at": NOW + 20, "paused": False, "estimated": False},
         {"queue": "alk:outbox:billing", "pending": 1, "ready": 1, "scheduled": 0, "processing": 0, "lapsed": 0,
-         "dead": 0, "oldest_ready_age_s": 2, "next_run_at": None, "paused": False},
+         "dead": 0, "oldest_ready_age_s": 2, "next_run_at": None, "paused": False, "estimated": False},
         {"queue": "b", "pending": 0, "ready": 0, "scheduled": 0, "processing": 2, "lapsed": 1, "dead": 1,
-         "oldest_ready_age_s": None, "next_run_at": None, "paused": False},
+         "oldest_ready_age_s": None, "next_run_at": None, "paused": False, "estimated": False},
     ]
 
 
@@ -297,7 +297,7 @@ def test_queue_stats_splits_at_the_clock_across_priorities(clocked):
         enqueue(clocked, "p", priority=priority, run_at=run_at)
     assert stats(clocked, "p") == [
         {"queue": "p", "pending": 8, "ready": 4, "scheduled": 4, "processing": 0, "lapsed": 0, "dead": 0,
-         "oldest_ready_age_s": 7, "next_run_at": NOW + 1, "paused": False}]
+         "oldest_ready_age_s": 7, "next_run_at": NOW + 1, "paused": False, "estimated": False}]
 
 
 def test_queue_stats_lapsed_excludes_a_lease_ending_now(clocked):
@@ -327,10 +327,13 @@ def test_queue_stats_agrees_with_a_direct_count(clocked):
                count(*) FILTER (WHERE state = 'processing' AND claim_expires_at < alk.now()) AS lapsed,
                count(*) FILTER (WHERE state = 'dead') AS dead,
                alk.now() - min(run_at) FILTER (WHERE state = 'pending' AND run_at <= alk.now()) AS oldest_ready_age_s,
-               min(run_at) FILTER (WHERE state = 'pending' AND run_at > alk.now()) AS next_run_at, false AS paused
+               min(run_at) FILTER (WHERE state = 'pending' AND run_at > alk.now()) AS next_run_at, false AS paused,
+               false AS estimated
           FROM alk.jobs GROUP BY queue ORDER BY queue""")
     assert all(r["dead"] and r["lapsed"] and r["scheduled"] and r["ready"] for r in direct), direct  # each case occurs
     assert stats(clocked) == direct
+    # Under the limit the capped counts are the exact ones.
+    assert rows(clocked, "SELECT * FROM alk.queue_stats(exact_limit => 60)") == direct
 
 
 def test_queue_stats_of_one_queue_includes_an_empty_one(clocked):
@@ -338,7 +341,7 @@ def test_queue_stats_of_one_queue_includes_an_empty_one(clocked):
     assert [row["queue"] for row in stats(clocked, "a")] == ["a"]
     assert stats(clocked, "nothing") == [
         {"queue": "nothing", "pending": 0, "ready": 0, "scheduled": 0, "processing": 0, "lapsed": 0, "dead": 0,
-         "oldest_ready_age_s": None, "next_run_at": None, "paused": False}]
+         "oldest_ready_age_s": None, "next_run_at": None, "paused": False, "estimated": False}]
     assert stats(clocked, "alk:outbox:billing")[0]["pending"] == 0  # reading a reserved queue is allowed
 
 
@@ -353,6 +356,61 @@ def test_queue_stats_refuses_an_empty_name(db):
 def test_queue_stats_ages_saturate(clocked):
     enqueue(clocked, run_at=MIN)
     assert stats(clocked)[0]["oldest_ready_age_s"] == MAX
+
+
+def test_queue_stats_counts_past_exact_limit_are_the_planners_estimates(clocked):
+    for i in range(40):
+        enqueue(clocked, "big", run_at=NOW - i)
+    for _ in range(3):
+        enqueue(clocked, "big", delay=60)
+    enqueue(clocked, "small")
+    clocked.execute("ANALYZE alk.jobs")  # what autovacuum does: the estimates read these statistics
+    big, small = rows(clocked, "SELECT * FROM alk.queue_stats(exact_limit => 10)")
+    # Past the limit: flagged, never below limit + 1, and near the truth once analyzed.
+    assert big["estimated"] is True
+    assert 20 <= big["ready"] <= 80 and big["ready"] >= 11
+    assert big["pending"] == big["ready"] + 3
+    # Under the limit every count is exact, in this row and in the other.
+    assert (big["scheduled"], big["processing"], big["lapsed"], big["dead"]) == (3, 0, 0, 0)
+    assert small == stats(clocked, "small")[0]
+    # The ages never estimate.
+    exact = stats(clocked, "big")[0]
+    assert exact["estimated"] is False and exact["ready"] == 40
+    assert (big["oldest_ready_age_s"], big["next_run_at"]) == (39, NOW + 60) == (
+        exact["oldest_ready_age_s"], exact["next_run_at"])
+
+
+def test_queue_stats_exact_limit_zero_estimates_every_count_but_zero(clocked):
+    enqueue(clocked, "z")
+    clocked.execute("ANALYZE alk.jobs")
+    [row] = rows(clocked, "SELECT * FROM alk.queue_stats('z', 0)")
+    assert row["estimated"] is True and row["ready"] >= 1
+    assert (row["scheduled"], row["processing"], row["lapsed"], row["dead"]) == (0, 0, 0, 0)
+    assert rows(clocked, "SELECT estimated, pending FROM alk.queue_stats('empty', 0)") == [
+        {"estimated": False, "pending": 0}]
+
+
+def test_queue_stats_ages_stay_exact_past_the_limit_across_priorities(clocked):
+    for priority, run_at in [(5, NOW), (5, NOW + 1), (0, NOW - 7), (0, NOW + 9), (-3, NOW - 2), (-3, NOW + 3),
+                             (5, NOW - 1), (9, NOW + 1), (9, NOW + 2)]:
+        enqueue(clocked, "p", priority=priority, run_at=run_at)
+    [row] = rows(clocked, "SELECT oldest_ready_age_s, next_run_at, estimated FROM alk.queue_stats('p', 1)")
+    assert row == {"oldest_ready_age_s": 7, "next_run_at": NOW + 1, "estimated": True}
+
+
+def test_queue_stats_never_shows_more_lapsed_than_processing(clocked):
+    for _ in range(6):
+        enqueue(clocked, "l", visibility_timeout_s=1)
+    assert len(claim(clocked, 6, queue="l")) == 6
+    pin_clock(clocked, NOW + 5)  # every lease has lapsed
+    [row] = rows(clocked, "SELECT processing, lapsed FROM alk.queue_stats('l', 2)")
+    assert 3 <= row["lapsed"] <= row["processing"]
+
+
+@pytest.mark.parametrize("limit", [-1, MIN])
+def test_queue_stats_refuses_a_negative_exact_limit(db, limit):
+    code, message = sqlstate_of(db, "SELECT * FROM alk.queue_stats(NULL, %s)", limit)
+    assert code == "LK002" and "exact_limit" in message
 
 
 # list_jobs ---------------------------------------------------------------------
