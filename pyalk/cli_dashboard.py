@@ -33,12 +33,21 @@ def _port(text: str) -> int:
     return value
 
 
+def _exact_limit(text: str) -> int:
+    value = int(text)
+    if value < -1:
+        raise argparse.ArgumentTypeError(f"must be -1 (always exact) or more, got {value}")
+    return value
+
+
 def cmd_dashboard(args: argparse.Namespace, dsn: str) -> None:
     _require_extra("dashboard")
     uvicorn = importlib.import_module("uvicorn")
     app_module = importlib.import_module("pyalk.dashboard.app")
     token = os.environ.get("PYALK_DASHBOARD_TOKEN") or None
-    app = app_module.create_app(dsn, token=token, read_only=args.read_only)
+    # Unset: the dashboard's default; -1: every count exact.
+    limit = {} if args.exact_limit is None else {"exact_limit": None if args.exact_limit == -1 else args.exact_limit}
+    app = app_module.create_app(dsn, token=token, read_only=args.read_only, **limit)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False)
 
 
@@ -58,6 +67,9 @@ def add_commands(commands: Any, database_options: Callable[[argparse.ArgumentPar
     dashboard.add_argument("--host", default="127.0.0.1", help="address to bind (127.0.0.1)")
     dashboard.add_argument("--port", type=_port, default=8080, help="port (8080)")
     dashboard.add_argument("--read-only", action="store_true", help="offer no actions, whatever the role may do")
+    dashboard.add_argument("--exact-limit", type=_exact_limit, metavar="N",
+                           help="count each queue's states exactly up to N and estimate past it (1000; -1: always "
+                                "exact, at a cost linear in the jobs)")
     database_options(dashboard)
     dashboard.set_defaults(run=run(cmd_dashboard))
 

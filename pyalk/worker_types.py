@@ -38,6 +38,9 @@ class QueueStats:
     dead: int
     oldest_ready_age_s: int | None
     next_run_at: int | None
+    paused: bool
+    #: Some count is the planner's estimate: those above the exact_limit asked for.
+    estimated: bool
 
 
 #: The select list that reads an ``alk.queue_stat`` in :class:`QueueStats` order.

@@ -88,10 +88,10 @@ class AsyncAlk:
         as :class:`~pyalk.AsyncWorker` takes them. Start it with ``run()``."""
         return AsyncWorker(self, queue, handler, **options)
 
-    async def stats(self, queue: str | None = None) -> list[QueueStats]:
+    async def stats(self, queue: str | None = None, *, exact_limit: int | None = None) -> list[QueueStats]:
         """``alk.queue_stats``: counts by state, lag and next due time per
-        queue (or of one queue)."""
-        return await queue_stats(self.executor, queue)
+        queue (or of one queue); past ``exact_limit`` a count is an estimate."""
+        return await queue_stats(self.executor, queue, exact_limit=exact_limit)
 
     # scheduler (docs/schedule.md): compositions of ``self.schedules`` --------
 

@@ -89,10 +89,10 @@ class Alk:
         as :class:`~pyalk.Worker` takes them. Start it with ``run()``."""
         return Worker(self, queue, handler, **options)
 
-    def stats(self, queue: str | None = None) -> list[QueueStats]:
+    def stats(self, queue: str | None = None, *, exact_limit: int | None = None) -> list[QueueStats]:
         """``alk.queue_stats``: counts by state, lag and next due time per
-        queue (or of one queue)."""
-        return queue_stats(self.executor, queue)
+        queue (or of one queue); past ``exact_limit`` a count is an estimate."""
+        return queue_stats(self.executor, queue, exact_limit=exact_limit)
 
     # scheduler (docs/schedule.md): compositions of ``self.schedules`` --------
 

@@ -41,7 +41,7 @@ _ENQUEUE_BATCH = (
 )
 _CLAIM = "SELECT " + JOB_COLUMNS + " FROM alk.claim(%(queue)s, %(worker_id)s, %(n)s::bigint)"
 _GET_JOB = "SELECT " + JOB_COLUMNS + " FROM alk.get_job(%(queue)s, %(job_id)s::bigint)"
-_QUEUE_STATS = "SELECT " + QUEUE_STATS_COLUMNS + " FROM alk.queue_stats(%(queue)s)"
+_QUEUE_STATS = "SELECT " + QUEUE_STATS_COLUMNS + " FROM alk.queue_stats(%(queue)s, %(exact_limit)s::bigint)"
 _NEXT_CLAIM = "SELECT alk.next_claim_at(%(queue)s)"
 #: next_claim_at with the clock it was computed on: alk.now() (whole seconds,
 #: maybe pinned) and the server's wall clock (sub-second, for a precise sleep).
@@ -89,9 +89,12 @@ def enqueue_params(
     }
 
 
-def queue_stats(executor: Executor, queue: str | None = None) -> list[QueueStats]:
-    """``alk.queue_stats``: one row per queue holding jobs, or only ``queue``'s."""
-    rows = executor.rows(_QUEUE_STATS, {"queue": _codec.text(queue, "queue")})
+def queue_stats(executor: Executor, queue: str | None = None, *,
+                      exact_limit: int | None = None) -> list[QueueStats]:
+    """``alk.queue_stats``: one row per queue holding jobs, or only ``queue``'s.
+    ``exact_limit``: counts past it are the planner's estimates (``estimated``)."""
+    rows = executor.rows(_QUEUE_STATS, {"queue": _codec.text(queue, "queue"),
+                                              "exact_limit": _codec.bigint(exact_limit, "exact_limit")})
     return [queue_stats_from_row(row) for row in rows]
 
 
@@ -289,9 +292,9 @@ class Queue:
 
     # observability and worker support (0007) ------------------------------
 
-    def stats(self) -> QueueStats:
+    def stats(self, *, exact_limit: int | None = None) -> QueueStats:
         """``alk.queue_stats`` of this queue: counts by state, lag, next due time."""
-        [stats] = queue_stats(self.executor, self.name)
+        [stats] = queue_stats(self.executor, self.name, exact_limit=exact_limit)
         return stats
 
     def next_claim_at(self) -> int | None:

@@ -22,7 +22,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from pyalk.dashboard import charts, security
-from pyalk.dashboard.data import Data, JobKey, make_pool
+from pyalk.dashboard.data import EXACT_LIMIT, Data, JobKey, make_pool
 from pyalk.metrics import QueueMetrics
 
 STATES = ("pending", "processing", "dead")
@@ -55,11 +55,18 @@ def _span(seconds: int | None) -> str:
     return f"{sign}{s // 86400}d {s % 86400 // 3600:02d}h"
 
 
+def _approx(value: int) -> str:
+    """An estimate to three significant digits: 81302 -> 81,300."""
+    digits = len(str(abs(value)))
+    return f"{round(value, min(0, 3 - digits)):,}"
+
+
 def _environment() -> Environment:
     env = Environment(loader=PackageLoader("pyalk.dashboard", "templates"),
                       autoescape=select_autoescape(default=True, default_for_string=True))
     env.filters["stamp"] = _stamp
     env.filters["span"] = _span
+    env.filters["approx"] = _approx
     env.globals["chart"] = charts.throughput_svg
     env.globals["refresh_s"] = REFRESH_S
     return env
@@ -101,6 +108,7 @@ class Dashboard:
         self.metrics = metrics
         self.read_only = read_only
         self.env = _environment()
+        self.env.globals["exact_limit"] = data.exact_limit
 
     async def _render(self, request: Request, template: str, status: int = 200, **context: Any) -> HTMLResponse:
         token = request.cookies.get(security.CSRF_COOKIE) or security.new_csrf_token()
@@ -280,13 +288,15 @@ class _SecurityHeaders:
         await self.app(scope, receive, with_headers)
 
 
-def create_app(conninfo: str, *, token: str | None = None, read_only: bool = False) -> Starlette:
+def create_app(conninfo: str, *, token: str | None = None, read_only: bool = False,
+               exact_limit: int | None = EXACT_LIMIT) -> Starlette:
     """The dashboard on the database at ``conninfo``. ``token``: require it
     (bearer or basic-auth password) on every request. ``read_only``: offer
-    no actions whatever the role may do."""
+    no actions whatever the role may do. ``exact_limit``: counts past it are
+    estimates (None: every count exact, at a cost linear in the jobs)."""
     pool = make_pool(conninfo)
     metrics = QueueMetrics(conninfo)
-    board = Dashboard(Data(pool), metrics, read_only)
+    board = Dashboard(Data(pool, exact_limit), metrics, read_only)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

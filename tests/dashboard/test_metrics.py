@@ -83,6 +83,9 @@ def test_cli_has_dashboard_and_metrics_and_worker_metrics_port():
     assert "127.0.0.1" in dashboard.stdout and "8080" in dashboard.stdout
     worker = subprocess.run([sys.executable, "-m", "pyalk", "worker", "--help"], capture_output=True, text=True)
     assert "--metrics-port" in worker.stdout
+    refused = subprocess.run([sys.executable, "-m", "pyalk", "dashboard", "--exact-limit", "-2"], capture_output=True,
+                             text=True, timeout=60)
+    assert refused.returncode == 2 and "--exact-limit" in refused.stderr and "-1" in refused.stderr
 
 
 def test_without_the_extra_the_cli_says_how_to_get_it(monkeypatch):
@@ -97,8 +100,8 @@ def test_without_the_extra_the_cli_says_how_to_get_it(monkeypatch):
 
 def test_pyalk_dashboard_serves_on_loopback(seeded):
     port = free_port()
-    process = subprocess.Popen([sys.executable, "-m", "pyalk", "dashboard", "--dsn", seeded.dsn, "--port", str(port)],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    process = subprocess.Popen([sys.executable, "-m", "pyalk", "dashboard", "--dsn", seeded.dsn, "--port", str(port),
+                                "--exact-limit", "5"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         body = None
         deadline = time.monotonic() + 30
@@ -112,6 +115,7 @@ def test_pyalk_dashboard_serves_on_loopback(seeded):
                     raise AssertionError(process.stderr.read().decode() if process.stderr else "exited") from None
                 time.sleep(0.1)
         assert body and "emails" in body
+        assert 'class="estimate"' in body  # emails' 28 ready jobs, past --exact-limit 5
     finally:
         process.terminate()
         process.wait(10)

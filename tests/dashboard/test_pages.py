@@ -9,8 +9,10 @@ import re
 from urllib.parse import quote
 
 from markupsafe import escape
+from starlette.testclient import TestClient
 
 from pyalk import Alk, JobHandle, PermanentError, Worker
+from pyalk.dashboard import create_app
 from tests.dashboard.conftest import BIG, HOSTILE
 
 
@@ -38,6 +40,21 @@ def test_overview_shows_queues_streams_schedules_locks_and_throughput(client):
     assert "orders" in body and "@every 5m" in body
     fragment = client.get("/fragments/overview")
     assert fragment.status_code == 200 and "<html" not in fragment.text and "emails" in fragment.text
+
+
+def test_counts_past_the_exact_limit_are_shown_as_estimates(seeded, db):
+    db.execute("ANALYZE alk.jobs")  # what autovacuum does: the estimates read these statistics
+    with TestClient(create_app(seeded.dsn, exact_limit=5), base_url="http://127.0.0.1") as client:
+        for page in ("/", "/queue?name=emails"):
+            body = client.get(page).text
+            # emails holds 28 ready jobs: past 5, an estimate, marked and explained; its 1 scheduled job is exact.
+            estimate = re.search(r'<span class="estimate" title="([^"]*)">≈([\d,]+)</span>', body)
+            assert estimate, page
+            assert "not exact" in estimate.group(1) and int(estimate.group(2).replace(",", "")) >= 6
+            assert re.search(r'class="[^"]*scheduled[^"]*">1<', body), page
+    with TestClient(create_app(seeded.dsn, exact_limit=None), base_url="http://127.0.0.1") as client:
+        body = client.get("/").text
+        assert '<td class="n ready">28</td>' in body and "estimate" not in body
 
 
 def test_the_overview_chart_draws_what_a_worker_settled(client, dsn):

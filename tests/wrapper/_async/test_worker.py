@@ -75,6 +75,11 @@ async def test_stats_and_inspection_bindings(alk, db):
         "q", 3, 2, 1, 0, 1)
     assert [s.queue for s in await alk.stats()] == ["q"]
     assert await alk.stats("empty") != []
+    assert (stats.paused, stats.estimated) == (False, False)
+    capped = await queue.stats(exact_limit=1)
+    assert capped.estimated and capped.ready >= 2 and (capped.scheduled, capped.dead) == (1, 1)
+    with pytest.raises(InvalidArgument, match="exact_limit"):
+        await alk.stats(exact_limit=True)
 
     dead = await alk.queue("q").list_jobs("dead")
     assert [job.id for job in dead] == [ids[0]] and dead[0].last_error == "bad"

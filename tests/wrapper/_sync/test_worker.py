@@ -77,6 +77,11 @@ def test_stats_and_inspection_bindings(alk, db):
         "q", 3, 2, 1, 0, 1)
     assert [s.queue for s in alk.stats()] == ["q"]
     assert alk.stats("empty") != []
+    assert (stats.paused, stats.estimated) == (False, False)
+    capped = queue.stats(exact_limit=1)
+    assert capped.estimated and capped.ready >= 2 and (capped.scheduled, capped.dead) == (1, 1)
+    with pytest.raises(InvalidArgument, match="exact_limit"):
+        alk.stats(exact_limit=True)
 
     dead = alk.queue("q").list_jobs("dead")
     assert [job.id for job in dead] == [ids[0]] and dead[0].last_error == "bad"
