@@ -95,7 +95,8 @@ BEGIN
             (SELECT j.queue FROM alk.jobs j WHERE j.state = 'dead' AND j.queue > n.name ORDER BY j.queue LIMIT 1))
           FROM names n WHERE n.name IS NOT NULL AND only_queue IS NULL
     ),
-    capped AS (
+    -- MATERIALIZED: inlined, each count would run once per mention below.
+    capped AS MATERIALIZED (
         SELECT n.name,
                (SELECT count(*) FROM (SELECT FROM alk.jobs j WHERE j.queue = n.name AND j.state = 'pending'
                                          AND j.run_at <= clock LIMIT cap + 1) e) AS ready,
@@ -110,7 +111,7 @@ BEGIN
           FROM names n
          WHERE n.name IS NOT NULL AND n.name <> '' AND (NOT alk._limits_active() OR alk._in_scope(n.name))
     ),
-    counted AS (
+    counted AS MATERIALIZED (
         SELECT c.name,
                CASE WHEN c.ready > cap THEN greatest(alk._estimate_jobs(c.name, 'ready', clock), cap + 1)
                     ELSE c.ready END AS ready,
