@@ -1262,6 +1262,10 @@ CREATE FUNCTION alk.queue_stats(queue text DEFAULT NULL, exact_limit bigint DEFA
 RETURNS SETOF alk.queue_stat
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
+-- Planned per call: a generic plan keeps every LIMIT node and CASE that a
+-- NULL exact_limit folds away (exact counts: 1.10x the time of 0017's, 1.06x
+-- with this), and the plan costs less than a millisecond.
+SET plan_cache_mode = force_custom_plan
 AS $$
 #variable_conflict use_column
 DECLARE
