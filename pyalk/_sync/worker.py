@@ -222,6 +222,10 @@ class Worker:
         #: Claimed, not started: (handle, monotonic claim send time, start-by).
         self._buffer: deque[tuple[JobHandle, float, float]] = deque()
         self._unstarted: list[Job] = []  # to release: waited too long, or popped at a stop
+        #: Per runner: 1 from just before it pops a job until the job's
+        #: outcome (or release) is handed on, so no job is ever out of sight
+        #: of _quiet() between the buffer and the settler (threads).
+        self._holding = [0] * concurrency
         self._rate = 0.0  # jobs started per second (moving average): sizes the claims
         self._window = math.inf  # seconds a claimed job may wait to start (the last claim's leases)
         self._drained = False  # the last claim came back short: refill on a wake-up, not at half a buffer
@@ -344,8 +348,8 @@ class Worker:
                     self._listener.run, self._wake, self._stopped, logger, self._fields(), name="pyalk-worker-listen"
                 )
             if self._life.begin_running():
-                for _ in range(self.concurrency):
-                    self._pool.submit(self._runner)
+                for index in range(self.concurrency):
+                    self._pool.submit(self._runner, index)
                 self._claim_loop()
         except BaseException:
             interrupted = True
@@ -407,7 +411,7 @@ class Worker:
                     self._rate = rate if self._rate == 0 else (self._rate + rate) / 2
                     measured_at, measured = now, self.counts.claimed
                 try:
-                    handles = self._exchange(wanted)
+                    handles, quiet = self._exchange(wanted)
                     if len(handles) == wanted:
                         self._drained = False
                         idle.reset()
@@ -438,8 +442,12 @@ class Worker:
                     timeout = 0.0 if handles else idle.next()
                 else:
                     idle.reset()
-                    if (self.burst and not handles and not self._buffer and not self._in_flight
-                            and not len(self._settler) and not self._unstarted):
+                    # Over only when nothing was held, running or settling
+                    # when this claim was sent (what it carried committed with
+                    # it): then both the claim and next_claim_at saw every
+                    # outcome this worker issued. A look at the settler after
+                    # next_claim_at could miss a retry committed in between.
+                    if self.burst and quiet and not handles:
                         logger.info("burst: nothing left to claim", extra=self._fields())
                         return
                     timeout = self.poll_interval if delay is None else min(delay, self.poll_interval)
@@ -457,9 +465,19 @@ class Worker:
                 self._wake.wait(timeout)
             claim_now = True
 
-    def _exchange(self, wanted: int) -> list[JobHandle]:
-        """Settle what is pending and claim up to ``wanted`` into the buffer, one round trip."""
+    def _quiet(self) -> bool:
+        """Whether no job is buffered, in a runner's hands, waiting for release
+        or settling. Read in the order jobs move (buffer, runners, settler), so
+        a job moving on while it is read is seen in its next place."""
+        return (not self._buffer and not any(self._holding) and not self._unstarted
+                and not len(self._settler))
+
+    def _exchange(self, wanted: int) -> tuple[list[JobHandle], bool]:
+        """Settle what is pending and claim up to ``wanted`` into the buffer,
+        one round trip; the handles, and whether the worker was quiet
+        (:meth:`_quiet`) when the call was sent, besides what it carried."""
         outcomes = self._settler.take()
+        quiet = self._quiet()
         sent = time.monotonic()
         try:
             states, handles = self.queue.settle_and_claim(
@@ -480,7 +498,7 @@ class Worker:
                 self._window = window
                 buffer.append((handle, sent, sent + min(lifetime, window)))
             self._filled.set()
-        return handles
+        return handles, quiet
 
     def _advertise(self) -> list[int]:
         """Idle: advertise (enqueues notify from its commit on) and take the
@@ -564,15 +582,18 @@ class Worker:
 
     # the runners -------------------------------------------------------------
 
-    def _runner(self) -> None:
+    def _runner(self, index: int) -> None:
         """One of ``concurrency``: start buffered jobs one after the other
         until the worker stops claiming."""
         buffer = self._buffer
+        holding = self._holding
         started = 0
         while self._life.state is WorkerState.RUNNING:
+            holding[index] = 1
             try:
                 handle, claimed, start_by = buffer.popleft()
             except IndexError:
+                holding[index] = 0
                 self._filled.clear()
                 if not buffer:
                     self._wake.set()
@@ -584,9 +605,13 @@ class Worker:
             if now > start_by or self._life.state is not WorkerState.RUNNING:
                 # Its lease might lapse before a heartbeat: give it back unstarted.
                 self._unstarted.append(handle.job)
+                holding[index] = 0
                 self._wake.set()
                 continue
-            self._process(handle, claimed, now)
+            try:
+                self._process(handle, claimed, now)
+            finally:
+                holding[index] = 0
             started += 1
             # Let the claim loop, the settler and the other runners in: at
             # once when a refill is due, else every few jobs (a yield per job
@@ -666,8 +691,8 @@ class Worker:
             for label, n in (("acked", acked), ("retried", retried), ("failed", failed), ("lost", lost)):
                 if n:
                     observer.on_settled(label, n, seconds)
-        if retried:
-            self._wake.set()  # it may be due again soon (a short backoff)
+        if retried or self.burst:
+            self._wake.set()  # it may be due again soon (a short backoff); a burst may be over
 
     def _given_up(self, batch: Sequence[Outcome]) -> None:
         """Outcomes the settler could not record: the jobs run again after their lease."""
