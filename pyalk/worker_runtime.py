@@ -124,12 +124,6 @@ class Task:
 class AsyncRuntime:
     """How the async worker starts loops, checks handlers and traps signals."""
 
-    #: Whether runners yield after every job while a wake-up waits for the
-    #: claim loop: a woken task needs a few loop iterations to run, and at
-    #: one per few jobs a claim asked at half a buffer went out when it was
-    #: nearly empty.
-    YIELD_WHILE_WAKING = True
-
     @staticmethod
     def spawn(fn: Callable[..., Coroutine[Any, Any, Any]], *args: Any, name: str) -> AsyncTask:
         return AsyncTask(asyncio.get_running_loop().create_task(fn(*args), name=name))
@@ -144,13 +138,6 @@ class AsyncRuntime:
         await asyncio.sleep(0)
 
     @staticmethod
-    def yield_every(every: int, runners: int) -> int:
-        """Jobs one of ``runners`` starts between two :meth:`yield_now`:
-        ``every``. The loop runs each ready runner to its next yield before
-        it looks at the sockets, so the runners' yields do not add up."""
-        return every
-
-    @staticmethod
     def check_handler(handler: Callable[..., Any]) -> None:
         call = getattr(handler, "__call__", None)  # noqa: B004 - an async __call__ counts
         if not (inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(call)):
@@ -162,10 +149,6 @@ class AsyncRuntime:
 
 class Runtime:
     """How the threaded worker starts loops, checks handlers and traps signals."""
-
-    #: A woken thread only needs the GIL once: the offer every few jobs is
-    #: enough (an offer per job while woken cost CPU and gained nothing, measured).
-    YIELD_WHILE_WAKING = False
 
     @staticmethod
     def spawn(fn: Callable[..., Any], *args: Any, name: str) -> Task:
@@ -196,13 +179,6 @@ class Runtime:
         call this every few jobs, not per job (a time.sleep(0) per job was
         30% of a runner's time)."""
         time.sleep(0)
-
-    @staticmethod
-    def yield_every(every: int, runners: int) -> int:
-        """Jobs one of ``runners`` starts between two :meth:`yield_now`:
-        ``every`` times ``runners``, so that all of them together offer the
-        GIL about every ``every`` jobs (more handed it to each other)."""
-        return every * runners
 
     @staticmethod
     def check_handler(handler: Callable[..., Any]) -> None:

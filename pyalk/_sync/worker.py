@@ -595,8 +595,6 @@ class Worker:
         until the worker stops claiming."""
         buffer = self._buffer
         holding = self._holding
-        every = Runtime.yield_every(YIELD_EVERY, self.concurrency)
-        waking = Runtime.YIELD_WHILE_WAKING
         started = 0
         while self._life.state is WorkerState.RUNNING:
             holding[index] = 1
@@ -631,7 +629,7 @@ class Worker:
             # few jobs (a yield per job is a loop iteration per job, most of a
             # no-op job's cost), and after every job while a wake-up waits for
             # the claim loop to take it (it takes a few loop iterations).
-            if started % every == 0 or (waking and self._wake.is_set()):
+            if started % YIELD_EVERY == 0 or self._wake.is_set():
                 Runtime.yield_now()
 
     def _process(self, handle: JobHandle, claimed: float, now: float) -> None:
