@@ -266,6 +266,21 @@ async def test_a_burst_outlives_a_retry_settled_while_it_looked_for_claimable_jo
     assert job_rows(db) == [(job_id, "dead", 3, "ValueError: attempt 3 broke")]
 
 
+async def test_an_error_text_with_array_syntax_is_recorded_as_raised(alk, db):
+    """Outcomes travel as array literals: quotes, backslashes, braces, commas
+    and a bare NULL in the error text reach last_error unchanged."""
+    message = 'a "quoted" \\ back\\slash, {brace}, NULL'
+
+    async def handler(job: AsyncJobHandle) -> None:
+        raise PermanentError(message)
+
+    queue = alk.queue("q")
+    job_id = await queue.enqueue(1)
+    counts = await AsyncWorker(alk, queue, handler, burst=True, handle_signals=False).run()
+    assert counts.failed == 1
+    assert job_rows(db) == [(job_id, "dead", 1, f"PermanentError: {message}")]
+
+
 async def test_a_retry_waits_for_the_backoff_curve(alk, db):
     async def handler(job: AsyncJobHandle) -> None:
         raise RuntimeError("later")

@@ -268,6 +268,21 @@ def test_a_burst_outlives_a_retry_settled_while_it_looked_for_claimable_jobs(alk
     assert job_rows(db) == [(job_id, "dead", 3, "ValueError: attempt 3 broke")]
 
 
+def test_an_error_text_with_array_syntax_is_recorded_as_raised(alk, db):
+    """Outcomes travel as array literals: quotes, backslashes, braces, commas
+    and a bare NULL in the error text reach last_error unchanged."""
+    message = 'a "quoted" \\ back\\slash, {brace}, NULL'
+
+    def handler(job: JobHandle) -> None:
+        raise PermanentError(message)
+
+    queue = alk.queue("q")
+    job_id = queue.enqueue(1)
+    counts = Worker(alk, queue, handler, burst=True, handle_signals=False).run()
+    assert counts.failed == 1
+    assert job_rows(db) == [(job_id, "dead", 1, f"PermanentError: {message}")]
+
+
 def test_a_retry_waits_for_the_backoff_curve(alk, db):
     def handler(job: JobHandle) -> None:
         raise RuntimeError("later")
