@@ -29,7 +29,7 @@ from pyalk.worker_types import TRANSIENT_ERRORS, one_line
 BATCH_MAX = 1000
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: a frozen dataclass's __init__ costs a setattr call per field
 class Outcome:
     """How one claimed job ended, to be recorded with its claim's fencing token."""
 

@@ -98,6 +98,31 @@ def queue_stats(executor: Executor, queue: str | None = None, *,
     return [queue_stats_from_row(row) for row in rows]
 
 
+def _bigint_array(values: list[int]) -> str:
+    """A bigint[] literal; TypeError for anything but ints."""
+    return "{" + ",".join(map(int.__repr__, values)) + "}"
+
+
+#: Elements a text[] literal may hold unquoted (the outcome kinds).
+_BARE = frozenset({"ack", "retry", "fail"})
+
+
+def _text_array(values: list[str | None]) -> str:
+    """A text[] literal: NULL for None, every other element quoted (backslash
+    and double quote escaped) unless it is one of :data:`_BARE`."""
+    parts = []
+    for value in values:
+        if value is None:
+            parts.append("NULL")
+        elif value in _BARE:
+            parts.append(value)
+        elif isinstance(value, str):
+            parts.append('"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"')
+        else:
+            raise TypeError(f"expected str or None, got {type(value).__name__}")
+    return "{" + ",".join(parts) + "}"
+
+
 class Queue:
     """One queue, by name. Cheap to create: it holds no connection."""
 
@@ -200,13 +225,15 @@ class Queue:
     def _outcome_params(
         self, worker_id: str, outcomes: Sequence[tuple[Job, str, str | None]]
     ) -> dict[str, Any]:
+        # Array literals built here: psycopg dumps a list element by element
+        # in Python (a regex per element), most of a batch's encoding cost.
         return {
             "queue": self.name,
             "worker_id": _codec.text(worker_id, "worker_id"),
-            "job_ids": [job.id for job, _, _ in outcomes],
-            "attempts": [job.attempts for job, _, _ in outcomes],
-            "outcomes": [kind for _, kind, _ in outcomes],
-            "errs": [err for _, _, err in outcomes],
+            "job_ids": _bigint_array([job.id for job, _, _ in outcomes]),
+            "attempts": _bigint_array([job.attempts for job, _, _ in outcomes]),
+            "outcomes": _text_array([kind for _, kind, _ in outcomes]),
+            "errs": _text_array([err for _, _, err in outcomes]),
         }
 
     def settle(self, worker_id: str, outcomes: Sequence[tuple[Job, str, str | None]]) -> list[str | None]:

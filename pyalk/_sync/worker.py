@@ -45,6 +45,7 @@ differ (tasks vs threads, signals) are in pyalk/worker_runtime.py.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import math
 import os
@@ -102,7 +103,7 @@ class _InFlight:
     it), whenever one leaves; not before, which saves an event set per job."""
 
     def __init__(self) -> None:
-        self._jobs: dict[tuple[int, int], Running] = {}
+        self._jobs: set[Running] = set()  # by identity (Running is eq=False): no key to build per job
         self._lock = threading.Lock()
         self.changed = Event()
         self.watched = False
@@ -112,17 +113,17 @@ class _InFlight:
 
     def add(self, running: Running) -> None:
         with self._lock:
-            self._jobs[running.key] = running
+            self._jobs.add(running)
 
     def remove(self, running: Running) -> None:
         with self._lock:
-            self._jobs.pop(running.key, None)
+            self._jobs.discard(running)
         if self.watched:  # set before the watcher's count: a leave after it is seen
             self.changed.set()
 
     def jobs(self) -> list[Running]:
         with self._lock:
-            return list(self._jobs.values())
+            return list(self._jobs)
 
 
 def _default_worker_id() -> str:
@@ -222,9 +223,15 @@ class Worker:
         #: Claimed, not started: (handle, monotonic claim send time, start-by).
         self._buffer: deque[tuple[JobHandle, float, float]] = deque()
         self._unstarted: list[Job] = []  # to release: waited too long, or popped at a stop
+        #: Per runner: 1 from just before it pops a job until the job's
+        #: outcome (or release) is handed on, so no job is ever out of sight
+        #: of _quiet() between the buffer and the settler (threads).
+        self._holding = [0] * concurrency
         self._rate = 0.0  # jobs started per second (moving average): sizes the claims
         self._window = math.inf  # seconds a claimed job may wait to start (the last claim's leases)
         self._drained = False  # the last claim came back short: refill on a wake-up, not at half a buffer
+        self._low = 0  # a runner asks for a refill once the buffer is down to this many (half the target)
+        self._asked = False  # a refill is asked for or under way: the runners need not ask again
         self._advertised = False  # idle advert in place (alk.wait_for_jobs)
         self._advertised_at = 0  # the listener's notification count when it was made
         self._debug = False
@@ -344,8 +351,8 @@ class Worker:
                     self._listener.run, self._wake, self._stopped, logger, self._fields(), name="pyalk-worker-listen"
                 )
             if self._life.begin_running():
-                for _ in range(self.concurrency):
-                    self._pool.submit(self._runner)
+                for index in range(self.concurrency):
+                    self._pool.submit(self._runner, index)
                 self._claim_loop()
         except BaseException:
             interrupted = True
@@ -407,7 +414,11 @@ class Worker:
                     self._rate = rate if self._rate == 0 else (self._rate + rate) / 2
                     measured_at, measured = now, self.counts.claimed
                 try:
-                    handles = self._exchange(wanted)
+                    try:
+                        handles, quiet = self._exchange(wanted)
+                    finally:
+                        self._asked = False  # the refill is in: a runner may ask for the next
+                    self._low = self._target() // 2
                     if len(handles) == wanted:
                         self._drained = False
                         idle.reset()
@@ -438,14 +449,19 @@ class Worker:
                     timeout = 0.0 if handles else idle.next()
                 else:
                     idle.reset()
-                    if (self.burst and not handles and not self._buffer and not self._in_flight
-                            and not len(self._settler) and not self._unstarted):
+                    # Over only when nothing was held, running or settling
+                    # when this claim was sent (what it carried committed with
+                    # it): then both the claim and next_claim_at saw every
+                    # outcome this worker issued. A look at the settler after
+                    # next_claim_at could miss a retry committed in between.
+                    if self.burst and quiet and not handles:
                         logger.info("burst: nothing left to claim", extra=self._fields())
                         return
                     timeout = self.poll_interval if delay is None else min(delay, self.poll_interval)
             else:
                 # No claim this round: clear, then look again, so a runner's
                 # wake-up from here on is not lost (and a set event never spins).
+                self._asked = False
                 self._wake.clear()
                 self._expire_head()
                 if self._unstarted or (self._wanted() > 0 and (not self._drained or not self._buffer)):
@@ -457,9 +473,19 @@ class Worker:
                 self._wake.wait(timeout)
             claim_now = True
 
-    def _exchange(self, wanted: int) -> list[JobHandle]:
-        """Settle what is pending and claim up to ``wanted`` into the buffer, one round trip."""
+    def _quiet(self) -> bool:
+        """Whether no job is buffered, in a runner's hands, waiting for release
+        or settling. Read in the order jobs move (buffer, runners, settler), so
+        a job moving on while it is read is seen in its next place."""
+        return (not self._buffer and not any(self._holding) and not self._unstarted
+                and not len(self._settler))
+
+    def _exchange(self, wanted: int) -> tuple[list[JobHandle], bool]:
+        """Settle what is pending and claim up to ``wanted`` into the buffer,
+        one round trip; the handles, and whether the worker was quiet
+        (:meth:`_quiet`) when the call was sent, besides what it carried."""
         outcomes = self._settler.take()
+        quiet = self._quiet()
         sent = time.monotonic()
         try:
             states, handles = self.queue.settle_and_claim(
@@ -480,7 +506,7 @@ class Worker:
                 self._window = window
                 buffer.append((handle, sent, sent + min(lifetime, window)))
             self._filled.set()
-        return handles
+        return handles, quiet
 
     def _advertise(self) -> list[int]:
         """Idle: advertise (enqueues notify from its commit on) and take the
@@ -564,33 +590,45 @@ class Worker:
 
     # the runners -------------------------------------------------------------
 
-    def _runner(self) -> None:
+    def _runner(self, index: int) -> None:
         """One of ``concurrency``: start buffered jobs one after the other
         until the worker stops claiming."""
         buffer = self._buffer
+        holding = self._holding
         started = 0
         while self._life.state is WorkerState.RUNNING:
+            holding[index] = 1
             try:
                 handle, claimed, start_by = buffer.popleft()
             except IndexError:
+                holding[index] = 0
                 self._filled.clear()
                 if not buffer:
                     self._wake.set()
                     self._filled.wait(self.poll_interval)
                 continue
-            if len(buffer) <= self._target() // 2 and (not self._drained or not buffer):
-                self._wake.set()  # down to half: time to claim more
+            if len(buffer) <= self._low and not self._asked and (not self._drained or not buffer):
+                # Down to half: time to claim more. Asked once per look of the
+                # claim loop (a set per job kept the event set, and the yield
+                # below made a loop iteration per job while a claim was out).
+                self._asked = True
+                self._wake.set()
             now = time.monotonic()
             if now > start_by or self._life.state is not WorkerState.RUNNING:
                 # Its lease might lapse before a heartbeat: give it back unstarted.
                 self._unstarted.append(handle.job)
+                holding[index] = 0
                 self._wake.set()
                 continue
-            self._process(handle, claimed, now)
+            try:
+                self._process(handle, claimed, now)
+            finally:
+                holding[index] = 0
             started += 1
-            # Let the claim loop, the settler and the other runners in: at
-            # once when a refill is due, else every few jobs (a yield per job
-            # was a loop iteration per job, most of a no-op job's cost).
+            # Let the claim loop, the settler and the other runners in every
+            # few jobs (a yield per job is a loop iteration per job, most of a
+            # no-op job's cost), and after every job while a wake-up waits for
+            # the claim loop to take it (it takes a few loop iterations).
             if started % YIELD_EVERY == 0 or self._wake.is_set():
                 Runtime.yield_now()
 
@@ -666,8 +704,8 @@ class Worker:
             for label, n in (("acked", acked), ("retried", retried), ("failed", failed), ("lost", lost)):
                 if n:
                     observer.on_settled(label, n, seconds)
-        if retried:
-            self._wake.set()  # it may be due again soon (a short backoff)
+        if retried or (self.burst and not self._buffer):
+            self._wake.set()  # it may be due again soon (a short backoff); a burst may be over
 
     def _given_up(self, batch: Sequence[Outcome]) -> None:
         """Outcomes the settler could not record: the jobs run again after their lease."""
@@ -737,6 +775,7 @@ class Worker:
         )
 
 
+@functools.cache  # a handful of distinct visibility timeouts, asked per job
 def _lease_margin(visibility_timeout_s: int) -> float:
     """Seconds after a claim was sent within which its lease surely holds
     with half to spare: the lease runs visibility_timeout_s from a

@@ -21,6 +21,7 @@ import psycopg
 import pytest
 
 from pyalk import Alk, JobHandle, Worker, InvalidArgument, InvalidName, PermanentError, QueueOpts
+from pyalk.worker_runtime import Event
 from pyalk.worker_state import WorkerState
 from tests.helpers import one, until
 
@@ -217,6 +218,74 @@ def test_failures_retry_on_the_rows_curve_then_die_with_the_error_text(alk, db):
     assert attempts == [1, 2, 3]
     assert (counts.retried, counts.failed, counts.acked) == (2, 1, 0)
     assert job_rows(db) == [(job_id, "dead", 3, "ValueError: attempt 3 broke")]
+
+
+def _poll(predicate: Callable[[], bool], deadline: float = DEADLINE) -> bool:
+    """Whether ``predicate()`` came true within ``deadline`` seconds (the loop keeps running)."""
+    end = time.monotonic() + deadline
+    while not predicate():
+        if time.monotonic() > end:
+            return False
+        time.sleep(0.001)
+    return True
+
+
+def test_a_burst_outlives_a_retry_settled_while_it_looked_for_claimable_jobs(alk, db):
+    """The race behind a flake: the burst looked at next_claim_at while the
+    flush loop's retry was in flight (the job still processing, so nothing
+    claimable now), and that settle committed before the burst looked at its
+    own settler, which was then empty. Forced here: the flush loop's settle
+    waits until the claim loop has asked next_claim_at, and the claim loop's
+    answer waits until that settle committed."""
+    attempts: list[int] = []
+    asked = Event()
+
+    class LaggingSettle(Worker):
+        def _exchange(self, wanted: int) -> Any:
+            # Claim once LISTEN is up (the short first claim advertises and
+            # claims again) and once the flush loop took what finished: that
+            # claim carries nothing and comes back empty, the retry in flight.
+            assert _poll(lambda: self.listening and not self._buffer and not self.in_flight
+                               and not self._settler._pending)
+            return super()._exchange(wanted)
+
+        def _settle_batch(self, batch: Any) -> Any:
+            asked.wait(DEADLINE)
+            return super()._settle_batch(batch)
+
+        def _seconds_until_claimable(self) -> float | None:
+            seconds = super()._seconds_until_claimable()
+            asked.set()
+            _poll(lambda: not self._buffer and not self.in_flight and not len(self._settler), 5.0)
+            asked.clear()
+            return seconds
+
+    def handler(job: JobHandle) -> None:
+        attempts.append(job.job.attempts)
+        raise ValueError(f"attempt {job.job.attempts} broke")
+
+    queue = alk.queue("q", QueueOpts(backoff_base_s=0, max_attempts=3))
+    job_id = queue.enqueue({"x": 1})
+    worker = LaggingSettle(alk, queue, handler, burst=True, handle_signals=False, settle_interval=0)
+    counts = worker.run()
+    assert attempts == [1, 2, 3]
+    assert (counts.retried, counts.failed, counts.acked) == (2, 1, 0)
+    assert job_rows(db) == [(job_id, "dead", 3, "ValueError: attempt 3 broke")]
+
+
+def test_an_error_text_with_array_syntax_is_recorded_as_raised(alk, db):
+    """Outcomes travel as array literals: quotes, backslashes, braces, commas
+    and a bare NULL in the error text reach last_error unchanged."""
+    message = 'a "quoted" \\ back\\slash, {brace}, NULL'
+
+    def handler(job: JobHandle) -> None:
+        raise PermanentError(message)
+
+    queue = alk.queue("q")
+    job_id = queue.enqueue(1)
+    counts = Worker(alk, queue, handler, burst=True, handle_signals=False).run()
+    assert counts.failed == 1
+    assert job_rows(db) == [(job_id, "dead", 1, f"PermanentError: {message}")]
 
 
 def test_a_retry_waits_for_the_backoff_curve(alk, db):
