@@ -245,11 +245,12 @@ COMMENT ON FUNCTION alk._check_name(text, text, boolean) IS 'internal: LK001 unl
 -- The name rule as an inlinable expression for hot paths: valid names pass
 -- through at the cost of three comparisons folded into the caller's
 -- statement; anything else goes to alk._check_name, which raises the LK001
--- that names the argument. IMMUTABLE like _check_name, so a plan-time fold
--- of a constant bad name raises the same error.
+-- that names the argument. STABLE like _check_name (which reads the name
+-- limits): an IMMUTABLE wrapper around a STABLE call is never inlined, and
+-- each use would run as a function call of its own.
 CREATE FUNCTION alk._name_ok(argument text, value text, reserved_ok boolean)
 RETURNS text
-LANGUAGE sql IMMUTABLE
+LANGUAGE sql STABLE
 AS $$
     SELECT CASE
         WHEN value OPERATOR(pg_catalog.<>) ''
