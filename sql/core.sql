@@ -245,12 +245,11 @@ COMMENT ON FUNCTION alk._check_name(text, text, boolean) IS 'internal: LK001 unl
 -- The name rule as an inlinable expression for hot paths: valid names pass
 -- through at the cost of three comparisons folded into the caller's
 -- statement; anything else goes to alk._check_name, which raises the LK001
--- that names the argument. STABLE like _check_name (which reads the name
--- limits): an IMMUTABLE wrapper around a STABLE call is never inlined, and
--- each use would run as a function call of its own.
+-- that names the argument. IMMUTABLE like _check_name, so a plan-time fold
+-- of a constant bad name raises the same error.
 CREATE FUNCTION alk._name_ok(argument text, value text, reserved_ok boolean)
 RETURNS text
-LANGUAGE sql STABLE
+LANGUAGE sql IMMUTABLE
 AS $$
     SELECT CASE
         WHEN value OPERATOR(pg_catalog.<>) ''

@@ -125,11 +125,15 @@ ALTER TABLE alk.jobs SET (
 -- is the fencing token the claim returned; NULL skips that check), lease not
 -- lapsed (claim_expires_at >= now). Inlinable (see alk.now in core.sql): it
 -- becomes part of each op's WHERE clause, next to the id's index probe.
+-- The state test is a function call, not the = operator, so it never proves
+-- jobs_claim_lapsed's predicate: otherwise, while few rows are processing,
+-- the planner walks that index (every held row and every dead entry since
+-- the last vacuum, per call) instead of probing jobs_pkey by id.
 CREATE FUNCTION alk._holds(job alk.jobs, worker_id text, attempt bigint, clock bigint)
 RETURNS boolean
 LANGUAGE sql STABLE PARALLEL SAFE
 AS $$
-    SELECT job.state OPERATOR(pg_catalog.=) 'processing'
+    SELECT pg_catalog.texteq(job.state, 'processing')
        AND job.worker_id OPERATOR(pg_catalog.=) worker_id
        AND (attempt IS NULL OR job.attempts OPERATOR(pg_catalog.=) attempt)
        AND job.claim_expires_at OPERATOR(pg_catalog.>=) clock
