@@ -183,10 +183,14 @@ COMMENT ON TABLE alk.name_limits IS 'Name prefixes a role is limited to, by role
 -- so a database without limits pays nothing. alk.limit_names rewrites the
 -- body when the first limit appears or the last one goes; replacing a
 -- function invalidates the cached plans that inlined it, in every session.
--- Inlinable, like alk.now: no SET clause and nothing to resolve.
+-- Inlinable, like alk.now: no SET clause and nothing to resolve. STABLE, not
+-- IMMUTABLE: the planner pre-evaluates an IMMUTABLE call and records no
+-- dependency on the function, so a session's cached plans (an ack's, with
+-- alk._holds inlined) kept the old answer after alk.limit_names; a STABLE
+-- one is inlined instead, which records it and still folds to a constant.
 CREATE FUNCTION alk._limits_active()
 RETURNS boolean
-LANGUAGE sql IMMUTABLE PARALLEL SAFE
+LANGUAGE sql STABLE PARALLEL SAFE
 AS $$ SELECT false $$;
 COMMENT ON FUNCTION alk._limits_active() IS
 'internal: whether any name limit exists (rewritten by alk.limit_names; constant-folded by the planner)';
@@ -245,11 +249,12 @@ COMMENT ON FUNCTION alk._check_name(text, text, boolean) IS 'internal: LK001 unl
 -- The name rule as an inlinable expression for hot paths: valid names pass
 -- through at the cost of three comparisons folded into the caller's
 -- statement; anything else goes to alk._check_name, which raises the LK001
--- that names the argument. IMMUTABLE like _check_name, so a plan-time fold
--- of a constant bad name raises the same error.
+-- that names the argument. STABLE like _check_name (which reads the name
+-- limits): an IMMUTABLE wrapper of a STABLE call is never inlined, and each
+-- use ran as a function call of its own.
 CREATE FUNCTION alk._name_ok(argument text, value text, reserved_ok boolean)
 RETURNS text
-LANGUAGE sql IMMUTABLE
+LANGUAGE sql STABLE
 AS $$
     SELECT CASE
         WHEN value OPERATOR(pg_catalog.<>) ''

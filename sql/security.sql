@@ -260,7 +260,7 @@ BEGIN
     active := EXISTS (SELECT 1 FROM alk.name_limits);
     IF active IS DISTINCT FROM alk._limits_active() THEN
         EXECUTE pg_catalog.format('CREATE OR REPLACE FUNCTION alk._limits_active() RETURNS boolean '
-            'LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $body$ SELECT %s $body$', CASE WHEN active THEN 'true' ELSE 'false' END);
+            'LANGUAGE sql STABLE PARALLEL SAFE AS $body$ SELECT %s $body$', CASE WHEN active THEN 'true' ELSE 'false' END);
     END IF;
     RETURN (SELECT count(*) FROM alk.name_limits l WHERE l.role_oid = target);
 END

@@ -321,6 +321,30 @@ def test_ack_batch_counts_validly_held_jobs(clocked):
     assert one(clocked, "SELECT alk.ack_batch(ARRAY[]::bigint[], 'a')") == 0
 
 
+def test_ack_batch_applies_a_repeated_ids_first_entry_only(clocked):
+    # ack_batch has its own statement (not _settle's): the same rule as
+    # alk.settle for a repeated id, the first entry decides.
+    a, b, c = (enqueue(clocked) for _ in range(3))
+    claim(clocked, 3, worker="a")
+    # a: the first entry's token is wrong, so the right one after it is refused too.
+    assert one(clocked, "SELECT alk.ack_batch(%s, 'a', %s)", [a, a, b, b], [2, 1, 1, 1]) == 1
+    assert [job(clocked, i) is None for i in (a, b, c)] == [False, True, False]
+    assert one(clocked, "SELECT alk.ack_batch(%s, 'a', %s)", [c, c], [1, 1]) == 1
+    assert one(clocked, "SELECT alk.ack_batch(%s, 'a')", [a, a]) == 1
+    counted = one(clocked, "SELECT sum(acked) FROM alk.queue_throughput('q')")
+    assert counted == 3
+
+
+def test_ack_refuses_another_queue_and_names_a_bad_worker(clocked):
+    job_id = enqueue(clocked)
+    claim(clocked)
+    assert one(clocked, "SELECT alk.ack(%s, 'w1', 1, 'other')", job_id) is False
+    assert job(clocked, job_id)["state"] == "processing"
+    code, message = sqlstate_of(clocked, "SELECT alk.ack(%s, '', 1)", job_id)
+    assert code == "LK001" and "worker_id" in message
+    assert one(clocked, "SELECT alk.ack(%s, 'w1', 1, 'q')", job_id) is True
+
+
 def test_backoff_curve_then_exhaustion(db):
     pin_clock(db, NOW)
     job_id = enqueue(db, max_attempts=4, backoff_base_s=5)

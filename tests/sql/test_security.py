@@ -385,6 +385,28 @@ def test_limits_reach_sessions_already_open_and_lift_again(db, role):
         assert conn.execute("SELECT * FROM alk.claim('team-b.q', 'w', 1)").fetchall() == []
 
 
+def test_a_new_limit_reaches_cached_settle_plans(db, role):
+    """alk.ack and alk.ack_batch have statements of their own: a session that
+    cached their plans while no limit existed must still refuse a job outside
+    the limit that appears later (alk._holds plans the check in again)."""
+    worker = role("worker")
+    db.execute("SELECT alk.grant_producer(%s)", [user_of(worker)])
+    with login(worker) as conn:
+        for _ in range(6):  # past plpgsql's custom-plan rounds: generic plans, cached
+            job_id = one(conn, "SELECT alk.enqueue('team-b.q', '1')")
+            (token,) = conn.execute("SELECT attempts FROM alk.claim('team-b.q', 'w', 1)").fetchone()
+            assert one(conn, "SELECT alk.ack(%s, 'w', %s)", job_id, token) is True
+            job_id = one(conn, "SELECT alk.enqueue('team-b.q', '1')")
+            (token,) = conn.execute("SELECT attempts FROM alk.claim('team-b.q', 'w', 1)").fetchone()
+            assert one(conn, "SELECT alk.ack_batch(ARRAY[%s]::bigint[], 'w', ARRAY[%s]::bigint[])", job_id, token) == 1
+        held = one(conn, "SELECT alk.enqueue('team-b.q', '1')")
+        (token,) = conn.execute("SELECT attempts FROM alk.claim('team-b.q', 'w', 1)").fetchone()
+        db.execute("SELECT alk.limit_names(%s, ARRAY['team-a.'])", [user_of(worker)])
+        assert one(conn, "SELECT alk.ack(%s, 'w', %s)", held, token) is False
+        assert one(conn, "SELECT alk.ack_batch(ARRAY[%s]::bigint[], 'w', ARRAY[%s]::bigint[])", held, token) == 0
+    assert one(db, "SELECT state FROM alk.get_job('team-b.q', %s)", held) == "processing"
+
+
 @pytest.mark.parametrize(("prefixes", "fragment"), [
     ("ARRAY['']", "got ''"), ("ARRAY['alk:outbox:']", "'alk:outbox:'"), ("ARRAY['ok', NULL]", "got NULL"),
 ])
