@@ -1355,7 +1355,8 @@ AS $$
 DECLARE
     clock bigint := alk.now();
     only_queue text := queue_stats.queue;
-    cap bigint := queue_stats.exact_limit;
+    -- Held one below the largest bigint: the counts read cap + 1 entries.
+    cap bigint := least(queue_stats.exact_limit, 9223372036854775806);
 BEGIN
     IF only_queue IS NOT NULL THEN
         -- Read-only, so reserved names (outbox backing queues) are accepted.

@@ -407,6 +407,12 @@ def test_queue_stats_never_shows_more_lapsed_than_processing(clocked):
     assert 3 <= row["lapsed"] <= row["processing"]
 
 
+def test_queue_stats_exact_limit_of_the_largest_bigint_is_every_count_exact(clocked):
+    enqueue(clocked, "m")
+    assert rows(clocked, "SELECT ready, estimated FROM alk.queue_stats('m', %s)", MAX) == [
+        {"ready": 1, "estimated": False}]
+
+
 @pytest.mark.parametrize("limit", [-1, MIN])
 def test_queue_stats_refuses_a_negative_exact_limit(db, limit):
     code, message = sqlstate_of(db, "SELECT * FROM alk.queue_stats(NULL, %s)", limit)
