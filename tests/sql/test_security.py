@@ -291,7 +291,8 @@ def test_the_worker_process_and_cli_run_as_their_roles(db, role):
 
 # docs/security.md, run as written ------------------------------------------------------------
 
-DOC_ROLES = ("app_reader", "app_producer", "app_worker", "app_admin", "app_gone", "replay_tool", "team_a_worker")
+DOC_ROLES = ("app_reader", "app_viewer", "app_producer", "app_worker", "app_admin", "app_gone", "replay_tool",
+             "team_a_worker")
 
 
 def test_the_security_page_runs_in_psql_as_its_roles(db, dsn, tmp_path):
