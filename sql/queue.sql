@@ -704,13 +704,10 @@ COMMENT ON FUNCTION alk.claim(text, text, bigint) IS
 -- the same statement (no extra one on the hot path): per queue of the rows
 -- it changed (queue may be NULL: any queue), one upsert of this backend's
 -- row of the current minute (alk.queue_counts: concurrent settles never
--- share a row, so never wait on each other's commit). When the upsert opens
--- a new minute for a queue (once a minute per backend and queue), it drops
--- that queue's rows past a day, gone backends' too, skipping rows another
--- backend's prune has locked (nobody waits), at most 1000 rows a time, in
--- queue_counts_pkey order; otherwise a one-time filter skips the prune
--- and nothing is scanned. Both statements below count the same way, and so do
--- alk.ack's and alk.ack_batch's: keep them alike.
+-- share a row, so never wait on each other's commit). The upsert that opens
+-- a new minute prunes old rows through alk.queue_counts' insert trigger
+-- (alk._prune_counts), so the retention rule lives once. Both statements
+-- below count the same way, and so do alk.ack's and alk.ack_batch's.
 CREATE FUNCTION alk._settle(queue text, worker_id text, job_ids bigint[], attempts bigint[], outcomes text[],
                             errs text[], delays bigint[])
 RETURNS TABLE (job_id bigint, attempt bigint, state text)
@@ -771,19 +768,7 @@ BEGIN
             INSERT INTO alk.queue_counts AS c (queue, minute, backend, acked)
             SELECT a.queue, this_minute, me, count(*) FROM acked a GROUP BY a.queue
             ON CONFLICT ON CONSTRAINT queue_counts_pkey DO UPDATE SET acked = c.acked + excluded.acked
-            RETURNING c.queue, c.xmax = 0 AS opened
-        ), pruned AS (
-            DELETE FROM alk.queue_counts c
-             -- A one-time filter: unless a minute was opened, no scan of any kind.
-             WHERE EXISTS (SELECT FROM counted n WHERE n.opened)
-               AND c.ctid = ANY (ARRAY(
-                   SELECT o.ctid FROM counted n
-                    CROSS JOIN LATERAL (
-                       SELECT o.ctid FROM alk.queue_counts o
-                        WHERE o.queue = n.queue AND o.minute < alk._sat_sub(this_minute, 86400)
-                        ORDER BY o.minute LIMIT 1000
-                          FOR UPDATE SKIP LOCKED) o
-                    WHERE n.opened))
+            RETURNING c.queue
         )
         SELECT i.id, i.attempt, CASE WHEN a.id IS NOT NULL THEN 'acked' END
           FROM input i
@@ -842,19 +827,7 @@ BEGIN
           FROM done d GROUP BY d.queue
         ON CONFLICT ON CONSTRAINT queue_counts_pkey DO UPDATE
            SET acked = c.acked + excluded.acked, retried = c.retried + excluded.retried, dead = c.dead + excluded.dead
-        RETURNING c.queue, c.xmax = 0 AS opened
-    ), pruned AS (
-        DELETE FROM alk.queue_counts c
-         -- A one-time filter: unless a minute was opened, no scan of any kind.
-         WHERE EXISTS (SELECT FROM counted n WHERE n.opened)
-           AND c.ctid = ANY (ARRAY(
-               SELECT o.ctid FROM counted n
-                CROSS JOIN LATERAL (
-                   SELECT o.ctid FROM alk.queue_counts o
-                    WHERE o.queue = n.queue AND o.minute < alk._sat_sub(this_minute, 86400)
-                    ORDER BY o.minute LIMIT 1000
-                      FOR UPDATE SKIP LOCKED) o
-                WHERE n.opened))
+        RETURNING c.queue
     )
     SELECT i.id, i.attempt, d.state
       FROM input i
@@ -873,7 +846,7 @@ COMMENT ON FUNCTION alk._settle(text, text, bigint[], bigint[], text[], text[], 
 -- prune when it opens a minute) exactly as _settle's statements, without the
 -- per-input result rows neither needs. Measured at one job, server side:
 -- 147 against 218 us per ack through _settle; at 100, about 2.1 against
--- 2.7 ms per claim + ack_batch. Keep all four statements alike.
+-- 2.7 ms per claim + ack_batch.
 CREATE FUNCTION alk.ack(job_id bigint, worker_id text, attempt bigint DEFAULT NULL, queue text DEFAULT NULL)
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
@@ -895,19 +868,7 @@ BEGIN
         INSERT INTO alk.queue_counts AS c (queue, minute, backend, acked)
         SELECT a.queue, this_minute, pg_catalog.pg_backend_pid(), 1 FROM acked a
         ON CONFLICT ON CONSTRAINT queue_counts_pkey DO UPDATE SET acked = c.acked + excluded.acked
-        RETURNING c.queue, c.xmax = 0 AS opened
-    ), pruned AS (
-        DELETE FROM alk.queue_counts c
-         -- A one-time filter: unless a minute was opened, no scan of any kind.
-         WHERE EXISTS (SELECT FROM counted n WHERE n.opened)
-           AND c.ctid = ANY (ARRAY(
-               SELECT o.ctid FROM counted n
-                CROSS JOIN LATERAL (
-                   SELECT o.ctid FROM alk.queue_counts o
-                    WHERE o.queue = n.queue AND o.minute < alk._sat_sub(this_minute, 86400)
-                    ORDER BY o.minute LIMIT 1000
-                      FOR UPDATE SKIP LOCKED) o
-                WHERE n.opened))
+        RETURNING c.queue
     )
     SELECT true INTO done FROM counted;
     RETURN done IS NOT NULL;
@@ -950,19 +911,7 @@ BEGIN
         INSERT INTO alk.queue_counts AS c (queue, minute, backend, acked)
         SELECT a.queue, this_minute, pg_catalog.pg_backend_pid(), count(*) FROM acked a GROUP BY a.queue
         ON CONFLICT ON CONSTRAINT queue_counts_pkey DO UPDATE SET acked = c.acked + excluded.acked
-        RETURNING c.queue, c.xmax = 0 AS opened
-    ), pruned AS (
-        DELETE FROM alk.queue_counts c
-         -- A one-time filter: unless a minute was opened, no scan of any kind.
-         WHERE EXISTS (SELECT FROM counted n WHERE n.opened)
-           AND c.ctid = ANY (ARRAY(
-               SELECT o.ctid FROM counted n
-                CROSS JOIN LATERAL (
-                   SELECT o.ctid FROM alk.queue_counts o
-                    WHERE o.queue = n.queue AND o.minute < alk._sat_sub(this_minute, 86400)
-                    ORDER BY o.minute LIMIT 1000
-                      FOR UPDATE SKIP LOCKED) o
-                WHERE n.opened))
+        RETURNING c.queue
     )
     SELECT count(*) INTO n_acked FROM acked;
     RETURN n_acked;
@@ -1731,6 +1680,30 @@ CREATE TABLE alk.queue_counts (
 ) WITH (fillfactor = 70);
 COMMENT ON TABLE alk.queue_counts IS
 'Settled jobs per queue, minute and backend, for alk.queue_throughput. Private: use the alk.* functions.';
+
+-- Retention, once for every settle statement: a new row is a minute opened
+-- for a queue (once a minute per backend and queue; an upsert that only adds
+-- to its row fires nothing). It drops that queue's rows past a day, gone
+-- backends' too, at most 1000 a time in queue_counts_pkey order, skipping
+-- rows another backend's prune has locked (nobody waits).
+CREATE FUNCTION alk._prune_counts()
+RETURNS trigger
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    DELETE FROM alk.queue_counts c
+     WHERE c.ctid = ANY (ARRAY(
+         SELECT o.ctid FROM alk.queue_counts o
+          WHERE o.queue = NEW.queue AND o.minute < alk._sat_sub(NEW.minute, 86400)
+          ORDER BY o.minute LIMIT 1000
+            FOR UPDATE SKIP LOCKED));
+    RETURN NULL;
+END
+$$;
+COMMENT ON FUNCTION alk._prune_counts() IS
+'internal: alk.queue_counts'' insert trigger: drop the queue''s counter rows past a day (at most 1000, skip locked)';
+CREATE TRIGGER queue_counts_prune AFTER INSERT ON alk.queue_counts FOR EACH ROW EXECUTE FUNCTION alk._prune_counts();
 
 CREATE TYPE alk.throughput AS (
     queue text,
