@@ -810,6 +810,26 @@ def test_settle_defaults_to_ack_and_refuses_a_repeated_id(clocked):
     assert settle(clocked, [], []) == []
 
 
+def test_outcomes_all_ack_settle_as_the_default_does(clocked):
+    # Every outcome 'ack' takes the all-ack statement (0020): the same rule as
+    # NULL outcomes, errs and delays ignored, a repeated id and a stale token
+    # refused, other queues untouched.
+    first, stale, elsewhere = enqueue(clocked), enqueue(clocked), enqueue(clocked, "other")
+    claim(clocked, 2)
+    claim(clocked, queue="other")
+    assert clocked.execute(
+        "SELECT * FROM alk.settle(%s::bigint[], 'w1', ARRAY[1, 1, 9, 1], ARRAY['ack', 'ack', 'ack', 'ack'],"
+        " ARRAY['E: a', NULL, 'E: c', NULL], ARRAY[5, NULL, 5, 5], 'q')",
+        [[first, first, stale, elsewhere]]).fetchall() == [
+        (first, 1, "acked"), (first, 1, None), (stale, 9, None), (elsewhere, 1, None)]
+    assert job(clocked, first) is None
+    assert (job(clocked, stale)["state"], job(clocked, stale)["last_error"]) == ("processing", None)
+    assert job(clocked, elsewhere, "other")["state"] == "processing"
+    # A mixed batch still settles each outcome as given.
+    assert settle(clocked, [stale], [1], ["retry"], ["E: later"], [30]) == [(stale, 1, "pending")]
+    assert (job(clocked, stale)["run_at"], job(clocked, stale)["last_error"]) == (NOW + 30, None)
+
+
 @pytest.mark.parametrize(("query", "fragment"), [
     ("SELECT * FROM alk.settle(ARRAY[1, 2], 'w1', ARRAY[1])", "one entry per job id"),
     ("SELECT * FROM alk.settle(ARRAY[1], 'w1', NULL, ARRAY['ack', 'ack'])", "one entry per job id"),
