@@ -24,7 +24,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.pq import TransactionStatus
 from psycopg_pool import AsyncConnectionPool
 
-from pyalk import compat
+from pyalk import _jsonb, compat
 from pyalk._async.pool import AsyncReconnectingPool
 from pyalk.backoff import Backoff
 from pyalk.errors import ClaimInTransaction, ConnectError, InvalidArgument, server_busy, translate
@@ -51,6 +51,12 @@ def raise_translated(error: psycopg.Error) -> NoReturn:
     if translated is error:
         raise error
     raise translated from error
+
+
+async def _configure(conn: AsyncConnection) -> None:
+    """Each connection of a pool pyalk owns: the fast jsonb decoding (a
+    claim decodes a payload per job); see pyalk/_jsonb.py."""
+    _jsonb.register(conn)
 
 
 def _connect_timeout(conninfo: str, timeout: int | None) -> int:
@@ -119,6 +125,7 @@ class AsyncExecutor:
                 min_size=1,
                 max_size=max_connections,
                 kwargs={"autocommit": True, "connect_timeout": _connect_timeout(source, connect_timeout)},
+                configure=_configure,
                 open=False,
             )
             self._owns_pool = True

@@ -106,7 +106,7 @@ def _bigint_array(values: list[int]) -> str:
 _BARE = frozenset({"ack", "retry", "fail"})
 
 
-def _text_array(values: list[str | None]) -> str:
+def _text_array(values: Sequence[str | None]) -> str:
     """A text[] literal: NULL for None, every other element quoted (backslash
     and double quote escaped) unless it is one of :data:`_BARE`."""
     parts = []
@@ -263,7 +263,7 @@ class AsyncQueue:
         executor = self.executor
         for row in await executor.rows(_SETTLE_AND_CLAIM, params):
             if row[0] == "claimed":
-                handles.append(AsyncJobHandle(executor, Job(*row[1:])))
+                handles.append(AsyncJobHandle(executor, job_from_row(row, 1)))
             else:
                 states.append(row[3])  # the state column of the job's shape
         return states, handles

@@ -26,7 +26,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.pq import TransactionStatus
 from psycopg_pool import ConnectionPool
 
-from pyalk import compat
+from pyalk import _jsonb, compat
 from pyalk._sync.pool import ReconnectingPool
 from pyalk.backoff import Backoff
 from pyalk.errors import ClaimInTransaction, ConnectError, InvalidArgument, server_busy, translate
@@ -53,6 +53,12 @@ def raise_translated(error: psycopg.Error) -> NoReturn:
     if translated is error:
         raise error
     raise translated from error
+
+
+def _configure(conn: Connection) -> None:
+    """Each connection of a pool pyalk owns: the fast jsonb decoding (a
+    claim decodes a payload per job); see pyalk/_jsonb.py."""
+    _jsonb.register(conn)
 
 
 def _connect_timeout(conninfo: str, timeout: int | None) -> int:
@@ -121,6 +127,7 @@ class Executor:
                 min_size=1,
                 max_size=max_connections,
                 kwargs={"autocommit": True, "connect_timeout": _connect_timeout(source, connect_timeout)},
+                configure=_configure,
                 open=False,
             )
             self._owns_pool = True
