@@ -418,6 +418,11 @@ class Worker:
                         handles, quiet = self._exchange(wanted)
                     finally:
                         self._asked = False  # the refill is in: a runner may ask for the next
+                    if handles and len(handles) == len(self._buffer):
+                        # The buffer was empty, so runners wait for these: let
+                        # them start before this loop sends its next statement
+                        # (an idle worker's wake-up: the advert comes after).
+                        Runtime.yield_now()
                     self._low = self._target() // 2
                     if len(handles) == wanted:
                         self._drained = False
