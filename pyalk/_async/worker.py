@@ -492,8 +492,13 @@ class AsyncWorker:
         quiet = self._quiet()
         sent = time.monotonic()
         try:
-            states, handles = await self.queue.settle_and_claim(
-                self.worker_id, wanted, [(o.handle.job, o.kind, o.error) for o in outcomes])
+            if outcomes:
+                states, handles = await self.queue.settle_and_claim(
+                    self.worker_id, wanted, [(o.handle.job, o.kind, o.error) for o in outcomes])
+            else:
+                # Nothing to carry (an idle worker's wake-up): the plain claim
+                # is the same rule, without the settle branch's cost.
+                states, handles = [], await self.queue.claim_batch(self.worker_id, wanted)
         except BaseException:
             self._settler.give_back(outcomes)
             raise
