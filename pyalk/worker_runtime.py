@@ -60,7 +60,11 @@ class AsyncEvent:
         if timeout is not None and timeout <= 0:
             return False
         try:
-            await asyncio.wait_for(self._event.wait(), timeout)
+            # Not wait_for: on 3.11 it wraps the wait in a task of its own,
+            # a loop iteration more between set() and the waiter (a wake-up's
+            # latency pays it twice: listener to claim loop, claim loop to runner).
+            async with asyncio.timeout(timeout):
+                await self._event.wait()
         except TimeoutError:
             return False
         return True

@@ -135,6 +135,9 @@ class AsyncListener:
                         async for _notify in conn.notifies(timeout=0.25):
                             self.notified += 1
                             wake.set()
+                            # The woken claim goes first: re-arming this wait
+                            # would otherwise delay it.
+                            await AsyncRuntime.yield_now()
                     return
                 except TRANSIENT_ERRORS as error:
                     pause = await self.lost()

@@ -136,6 +136,9 @@ class Listener:
                         for _notify in conn.notifies(timeout=0.25):
                             self.notified += 1
                             wake.set()
+                            # The woken claim goes first: re-arming this wait
+                            # would otherwise delay it.
+                            Runtime.yield_now()
                     return
                 except TRANSIENT_ERRORS as error:
                     pause = self.lost()

@@ -418,6 +418,11 @@ class Worker:
                         handles, quiet = self._exchange(wanted)
                     finally:
                         self._asked = False  # the refill is in: a runner may ask for the next
+                    if handles and len(handles) == len(self._buffer):
+                        # The buffer was empty, so runners wait for these: let
+                        # them start before this loop sends its next statement
+                        # (an idle worker's wake-up: the advert comes after).
+                        Runtime.yield_now()
                     self._low = self._target() // 2
                     if len(handles) == wanted:
                         self._drained = False
@@ -488,8 +493,13 @@ class Worker:
         quiet = self._quiet()
         sent = time.monotonic()
         try:
-            states, handles = self.queue.settle_and_claim(
-                self.worker_id, wanted, [(o.handle.job, o.kind, o.error) for o in outcomes])
+            if outcomes:
+                states, handles = self.queue.settle_and_claim(
+                    self.worker_id, wanted, [(o.handle.job, o.kind, o.error) for o in outcomes])
+            else:
+                # Nothing to carry (an idle worker's wake-up): the plain claim
+                # is the same rule, without the settle branch's cost.
+                states, handles = [], self.queue.claim_batch(self.worker_id, wanted)
         except BaseException:
             self._settler.give_back(outcomes)
             raise
