@@ -261,10 +261,11 @@ for _pair in PAIRS:
 DURABLE_CLIENTS = (8, 16)
 IDLE_WORKER = "bench-idle"
 
-#: The wake-up step of alk._enqueue_one as installed (the idle-advert check
-#: and its pg_notify); the scratch copies replace exactly this block (a
-#: changed definition fails the row loudly).
-WAKE_STEP = re.compile(r"IF pg_catalog\.current_setting\('transaction_isolation'\).*?END IF;", re.S)
+#: The wake-up step of alk._enqueue_one as installed (the idle-advert check,
+#: its wait for held adverts and its pg_notify), up to the END IF at its own
+#: indentation; the scratch copies replace exactly this block (a changed
+#: definition fails the row loudly).
+WAKE_STEP = re.compile(r"^( *)IF pg_catalog\.current_setting\('transaction_isolation'\).*?^\1END IF;", re.S | re.M)
 NOTIFY_STEP = "PERFORM pg_catalog.pg_notify(alk._queue_channel(p_queue), '');"
 ENQUEUE_SIGNATURE = "alk.enqueue(text, jsonb, bigint, bigint, bigint, bigint, bigint, bigint, bigint, bigint, text)"
 INNER_SIGNATURE = (
@@ -321,6 +322,15 @@ class IdleWorker:
                 self.conn.execute("SELECT alk.wait_for_jobs(%s, %s)", [pg.QUEUE, IDLE_WORKER], prepare=True)
                 self.conn.execute("SELECT alk.wake_fence()", prepare=True)
 
+    def settled_count(self) -> int:
+        """Notifications received so far, once the ones in flight have
+        arrived: the count stops changing for 0.3 s (two drain timeouts)."""
+        count = -1
+        while count != self.received:
+            count = self.received
+            time.sleep(0.3)
+        return count
+
     def close(self) -> None:
         self._stop.set()
         self._thread.join()
@@ -365,16 +375,21 @@ def enqueue_durable(ctx: Context) -> RowResult:
             try:
                 for clients in clients_list:
                     measured: dict[str, list[float]] = {side: [] for side in DURABLE_SIDES}
+                    # Notifications the idle worker received per enqueue, per side.
+                    woken: dict[str, list[float]] = {side: [] for side in DURABLE_SIDES}
                     for rep in range(mode.repeats):
                         sides = list(DURABLE_SIDES)
                         order = sides if rep % 2 == 0 else sides[::-1]
                         for side in order:
                             pg.reset_tables(conn)
                             pg.settle(conn, "alk.jobs")
+                            before = worker.settled_count() if worker else 0
                             result = pg.pgbench(
                                 durable, db, DURABLE_SIDES[side], clients, seconds=mode.enqueue_seconds
                             )
                             measured[side].append(result.tps)
+                            if worker:
+                                woken[side].append((worker.settled_count() - before) / max(1, result.transactions))
                             raw.append({"clients": clients, "idle": idle, "side": side, "rep": rep, **result.__dict__})
                             ctx.progress.advance()
                     ours, bare, always = (statistics.median(measured[s]) for s in DURABLE_SIDES)
@@ -387,6 +402,7 @@ def enqueue_durable(ctx: Context) -> RowResult:
                             "ours/no-notify": round(ours / bare, 3) if bare else None,
                             "always-notify jobs/s": round(always, 1),
                             "always/no-notify": round(always / bare, 3) if bare else None,
+                            "ours notifies/enqueue": round(statistics.median(woken["ours"]), 4) if idle else None,
                         }
                     )
             finally:
@@ -399,8 +415,10 @@ def enqueue_durable(ctx: Context) -> RowResult:
         f"{mode.repeats} repeat(s), medians; the sides alternate.",
         "no notify / always notify: alk.enqueue and alk._enqueue_one copied from the installed catalog into "
         "alk_floor, with the idle-advert check and its pg_notify removed or replaced by an unconditional pg_notify.",
-        f"The idle worker received {notified} notifications (one per advert: the enqueue that notifies "
-        "consumes it; the idle worker advertises again after each one, as a worker whose claim found nothing).",
+        f"The idle worker received {notified} notifications over all sides (one per advert at most: the enqueue "
+        "that notifies consumes it; the idle worker advertises again after each one, as a worker whose claim found "
+        "nothing); 'ours notifies/enqueue' is what it received during pyalk's side over the transactions pgbench "
+        "counted (median).",
     ]
     return RowResult(
         key="sql.enqueue_durable",
