@@ -327,7 +327,7 @@ class IdleWorker:
 
     def settled_count(self) -> int:
         """Notifications received so far, once the ones in flight have
-        arrived: the count stops changing for 0.3 s (two drain timeouts)."""
+        arrived: the count stops changing for 0.3 s (longer than a drain timeout)."""
         count = -1
         while count != self.received:
             count = self.received
