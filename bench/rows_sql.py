@@ -261,10 +261,11 @@ for _pair in PAIRS:
 DURABLE_CLIENTS = (8, 16)
 IDLE_WORKER = "bench-idle"
 
-#: The wake-up step of alk._enqueue_one as installed (the idle-advert check
-#: and its pg_notify); the scratch copies replace exactly this block (a
-#: changed definition fails the row loudly).
-WAKE_STEP = re.compile(r"IF pg_catalog\.current_setting\('transaction_isolation'\).*?END IF;", re.S)
+#: The wake-up step of alk._enqueue_one as installed (the idle-advert check,
+#: its wait for held adverts and its pg_notify), up to the END IF at its own
+#: indentation; the scratch copies replace exactly this block (a changed
+#: definition fails the row loudly).
+WAKE_STEP = re.compile(r"^( *)IF pg_catalog\.current_setting\('transaction_isolation'\).*?^\1END IF;", re.S | re.M)
 NOTIFY_STEP = "PERFORM pg_catalog.pg_notify(alk._queue_channel(p_queue), '');"
 ENQUEUE_SIGNATURE = "alk.enqueue(text, jsonb, bigint, bigint, bigint, bigint, bigint, bigint, bigint, bigint, text)"
 INNER_SIGNATURE = (
@@ -301,14 +302,16 @@ class IdleWorker:
     notifies consumes the advert, so after each notification it advertises
     again, like a real worker whose claim found nothing."""
 
-    def __init__(self, ctx: Context, db: str) -> None:
+    def __init__(self, ctx: Context, db: str, *, advertise: bool = True) -> None:
         import threading
 
+        self.advertise = advertise  # False: only LISTEN and count (beside a real worker)
         self.conn = pg.connect(ctx, db)
         channel = self.conn.execute("SELECT alk.queue_channel(%s)", [pg.QUEUE]).fetchone()
         assert channel is not None
         self.conn.execute(f'LISTEN "{channel[0]}"')  # type: ignore[arg-type]
-        self.conn.execute("SELECT alk.wait_for_jobs(%s, %s)", [pg.QUEUE, IDLE_WORKER])
+        if advertise:
+            self.conn.execute("SELECT alk.wait_for_jobs(%s, %s)", [pg.QUEUE, IDLE_WORKER])
         self.received = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._drain, daemon=True)
@@ -318,14 +321,84 @@ class IdleWorker:
         while not self._stop.is_set():
             if any(True for _ in self.conn.notifies(timeout=0.2, stop_after=1)):
                 self.received += 1
-                self.conn.execute("SELECT alk.wait_for_jobs(%s, %s)", [pg.QUEUE, IDLE_WORKER], prepare=True)
-                self.conn.execute("SELECT alk.wake_fence()", prepare=True)
+                if self.advertise:
+                    self.conn.execute("SELECT alk.wait_for_jobs(%s, %s)", [pg.QUEUE, IDLE_WORKER], prepare=True)
+                    self.conn.execute("SELECT alk.wake_fence()", prepare=True)
+
+    def settled_count(self) -> int:
+        """Notifications received so far, once the ones in flight have
+        arrived: the count stops changing for 0.3 s (longer than a drain timeout)."""
+        count = -1
+        while count != self.received:
+            count = self.received
+            time.sleep(0.3)
+        return count
 
     def close(self) -> None:
         self._stop.set()
         self._thread.join()
         self.conn.close()
 
+
+class RealWorker:
+    """A pyalk AsyncWorker (defaults, a no-op handler) on the row's queue, in
+    a thread with its own event loop: it wakes, claims, drains, settles, goes
+    idle and advertises, as in production. With listen=False it neither
+    listens nor advertises and is woken by its poll every poll_interval: the
+    no-notify side sends no NOTIFY, yet its worker claims and acks the same
+    jobs on the same cores."""
+
+    def __init__(self, ctx: Context, db: str, *, listen: bool, poll_interval: float) -> None:
+        import asyncio
+        import threading
+
+        self.processed = 0
+        self.error: BaseException | None = None
+        self._stop = threading.Event()
+        self._ready = threading.Event()
+        dsn = ctx.server.dsn_for(db)
+        self._thread = threading.Thread(
+            target=lambda: asyncio.run(self._run(dsn, listen, poll_interval)), daemon=True
+        )
+        self._thread.start()
+        if not self._ready.wait(30) or self.error:
+            raise RuntimeError(f"the bench worker did not start: {self.error!r}")
+
+    async def _run(self, dsn: str, listen: bool, poll_interval: float) -> None:
+        import asyncio
+
+        from pyalk import AsyncAlk, AsyncJobHandle
+
+        async def noop(job: AsyncJobHandle) -> None:
+            self.processed += 1
+
+        try:
+            async with AsyncAlk(dsn) as alk:
+                worker = alk.worker(
+                    pg.QUEUE, noop, listen=listen, poll_interval=poll_interval, handle_signals=False
+                )
+                task = asyncio.create_task(worker.run())
+                while listen and not worker.listening and not task.done():
+                    await asyncio.sleep(0.01)
+                self._ready.set()
+                while not self._stop.is_set() and not task.done():
+                    await asyncio.sleep(0.05)
+                worker.stop()
+                await task
+        except BaseException as error:  # reported by close(), not lost in the thread
+            self.error = error
+            self._ready.set()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(60)
+        if self.error:
+            raise RuntimeError(f"the bench worker failed: {self.error!r}")
+
+
+#: The real worker's fallback poll on the no-notify side (it never hears a
+#: NOTIFY there): short, so it drains as it goes, like the notified one.
+POLLED_WORKER_INTERVAL = 0.01
 
 DURABLE_SIDES = {
     "ours": "alk_enqueue_1.sql",
@@ -338,8 +411,9 @@ DURABLE_SIDES = {
     "sql.enqueue_durable",
     "sql",
     "enqueue 1, durable commits",
-    "alk.enqueue per transaction with synchronous_commit on, at 8 and 16 clients, with no worker idle and with "
-    "one idle worker (LISTEN + alk.wait_for_jobs) vs the same enqueue copied with its wake-up step removed "
+    "alk.enqueue per transaction with synchronous_commit on, at 8 and 16 clients, with no worker idle, with "
+    "one idle worker (LISTEN + alk.wait_for_jobs, advertising again after every notification, never claiming) "
+    "and with a real AsyncWorker processing the jobs, vs the same enqueue copied with its wake-up step removed "
     "(never NOTIFY); an always-notifying copy shows what the notify lock costs.",
     requires=pg.has_function("alk.wait_for_jobs"),
 )
@@ -352,7 +426,8 @@ def enqueue_durable(ctx: Context) -> RowResult:
     clients_list = DURABLE_CLIENTS if not mode.quick else (2,)
     records: list[dict[str, Any]] = []
     raw: list[dict[str, Any]] = []
-    ctx.progress.start("durable enqueue", total=len(clients_list) * 2 * len(DURABLE_SIDES) * mode.repeats)
+    notified = 0
+    ctx.progress.start("durable enqueue", total=len(clients_list) * 3 * len(DURABLE_SIDES) * mode.repeats)
     with ctx.server.fresh_db("alk_bench_durable") as db, pg.connect(ctx, db) as conn:
         install_enqueue_copies(conn)
         settings = dict(
@@ -360,37 +435,64 @@ def enqueue_durable(ctx: Context) -> RowResult:
                 "SELECT name, setting FROM pg_settings WHERE name IN ('fsync', 'synchronous_commit', 'wal_sync_method')"
             ).fetchall()
         )
-        for idle in (False, True):
-            worker = IdleWorker(ctx, db) if idle else None
+        for idle in (False, True, "worker"):
+            # The synthetic idle worker, or (beside a real worker) a bare
+            # LISTEN that counts what the real one hears.
+            worker = IdleWorker(ctx, db, advertise=idle is True) if idle else None
+            processed: dict[str, list[float]] = {side: [] for side in DURABLE_SIDES}
             try:
                 for clients in clients_list:
                     measured: dict[str, list[float]] = {side: [] for side in DURABLE_SIDES}
+                    # Notifications the idle worker received per enqueue, per side.
+                    woken: dict[str, list[float]] = {side: [] for side in DURABLE_SIDES}
                     for rep in range(mode.repeats):
                         sides = list(DURABLE_SIDES)
                         order = sides if rep % 2 == 0 else sides[::-1]
                         for side in order:
                             pg.reset_tables(conn)
                             pg.settle(conn, "alk.jobs")
-                            result = pg.pgbench(
-                                durable, db, DURABLE_SIDES[side], clients, seconds=mode.enqueue_seconds
-                            )
+                            real = None
+                            if idle == "worker":
+                                listens = side != "no notify"
+                                interval = 5.0 if listens else POLLED_WORKER_INTERVAL
+                                real = RealWorker(ctx, db, listen=listens, poll_interval=interval)
+                            before = worker.settled_count() if worker else 0
+                            try:
+                                result = pg.pgbench(
+                                    durable, db, DURABLE_SIDES[side], clients, seconds=mode.enqueue_seconds
+                                )
+                            finally:
+                                if real:
+                                    real.close()
                             measured[side].append(result.tps)
+                            if worker:
+                                woken[side].append((worker.settled_count() - before) / max(1, result.transactions))
+                            if real:
+                                processed[side].append(real.processed / max(1, result.transactions))
                             raw.append({"clients": clients, "idle": idle, "side": side, "rep": rep, **result.__dict__})
                             ctx.progress.advance()
                     ours, bare, always = (statistics.median(measured[s]) for s in DURABLE_SIDES)
                     records.append(
                         {
                             "clients": clients,
-                            "idle worker": "yes" if idle else "no",
+                            "idle worker": "no" if idle is False else "yes" if idle is True else "AsyncWorker",
                             "ours jobs/s": round(ours, 1),
                             "no-notify jobs/s": round(bare, 1),
                             "ours/no-notify": round(ours / bare, 3) if bare else None,
                             "always-notify jobs/s": round(always, 1),
                             "always/no-notify": round(always / bare, 3) if bare else None,
+                            "ours notifies/enqueue": round(statistics.median(woken["ours"]), 4) if idle else None,
                         }
                     )
+                    if idle == "worker":
+                        # Jobs the worker processed during the run, per enqueue: each side's worker kept up.
+                        records[-1]["worker done/enqueued (ours, no-notify)"] = (
+                            f"{statistics.median(processed['ours']):.2f}, "
+                            f"{statistics.median(processed['no notify']):.2f}"
+                        )
             finally:
-                notified = worker.received if worker else 0
+                if idle is True and worker:
+                    notified = worker.received
                 if worker:
                     worker.close()
     notes = [
@@ -399,15 +501,21 @@ def enqueue_durable(ctx: Context) -> RowResult:
         f"{mode.repeats} repeat(s), medians; the sides alternate.",
         "no notify / always notify: alk.enqueue and alk._enqueue_one copied from the installed catalog into "
         "alk_floor, with the idle-advert check and its pg_notify removed or replaced by an unconditional pg_notify.",
-        f"The idle worker received {notified} notifications (one per advert: the enqueue that notifies "
-        "consumes it; the idle worker advertises again after each one, as a worker whose claim found nothing).",
+        f"The idle worker received {notified} notifications over all sides (one per advert at most: the enqueue "
+        "that notifies consumes it; the idle worker advertises again after each one, as a worker whose claim found "
+        "nothing); 'ours notifies/enqueue' is what it received during pyalk's side over the transactions pgbench "
+        "counted (median).",
+        "AsyncWorker: a pyalk AsyncWorker with its defaults and a no-op handler runs during each side, in the "
+        "bench process; on pyalk's and the always-notify side it listens (fallback poll 5 s), on the no-notify "
+        f"side, which sends no NOTIFY, it polls every {POLLED_WORKER_INTERVAL * 1000:g} ms, so both sides' "
+        "workers claim and ack the jobs on the same cores; notifications are counted by a bare LISTEN.",
     ]
     return RowResult(
         key="sql.enqueue_durable",
         title="enqueue 1, durable commits",
         status="ok",
         about="",
-        columns=list(records[0].keys()),
+        columns=list(dict.fromkeys(key for record in records for key in record)),
         records=records,
         notes=notes,
         extra={"pgbench": raw, "settings": settings},

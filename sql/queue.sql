@@ -177,21 +177,36 @@ COMMENT ON FUNCTION alk._purge_at(bigint, bigint) IS
 -- transactions in progress (alk.wake_fence) and claims, and again once each
 -- of them has ended. An enqueue inserts first, then in a later statement (a
 -- newer snapshot) deletes every advert of the queue it can lock (FOR UPDATE
--- SKIP LOCKED: enqueues never wait for each other) and notifies if it saw
--- any, taken or held by another. Once a deletion has committed, later
+-- SKIP LOCKED: no enqueue queues behind another for an advert) and notifies
+-- if it took any. An enqueue that saw adverts but could take none (each held
+-- by another transaction) waits for those holders, at most 20 ms
+-- (alk._wake_held): a holder that commits covers it, so it does not notify;
+-- a holder that rolls back gives the advert back, which it then takes and
+-- notifies; a holder still open after the wait (an app's transaction that
+-- consumed the advert and goes on) makes it notify, and its session then
+-- notifies at once for that holder. Once a deletion has committed, later
 -- enqueues see no advert and do not notify. A notified worker's advert is
 -- gone: it advertises again and takes a new fence before it waits again,
 -- every time, even when its claim came back empty. No wake-up is lost, for
 -- an enqueue E:
--- * E saw an advert: E notifies at its commit, whatever became of the
---   advert (another enqueue holding it may roll back or stay open);
+-- * E took an advert, or an advert's holder rolled back or outlasted the
+--   wait: E notifies at its commit;
+-- * E saw an advert held by H, and H committed: H had not ended when E's
+--   statement began, so H committed after E's insert. H is an enqueue (or
+--   release, requeue), which notifies at that commit; or the worker itself
+--   (alk.wait_for_jobs, which takes a fence after it commits, or
+--   alk.stop_waiting, after which it claims before it waits again); or
+--   alk.wait_for_jobs clearing the advert of a connection that is gone.
+--   In each case the worker takes a fence or claims after a moment at which
+--   E was in progress: the case below;
 -- * E saw none because it had not committed in E's snapshot (the worker's
 --   advert, or its advertising again): E had inserted, so it was in progress
 --   at that commit, hence in the fence or ended before the claim after it;
 -- * E saw none because a committed enqueue had deleted it: that enqueue's
 --   notification reaches the worker, who advertises again after E's
 --   statement began: the case above.
--- The price: enqueues that run while a consuming enqueue commits notify too.
+-- The price: an enqueue that meets a held advert waits for its holder's
+-- commit (mostly its WAL flush) instead of taking the notify lock itself.
 -- Outside READ COMMITTED a statement sees the transaction's first snapshot,
 -- which may predate the advert, and a locking read of a row changed since
 -- would fail the enqueue: such enqueues always notify and take no advert.
@@ -219,6 +234,50 @@ COMMENT ON FUNCTION alk.queue_channel(text) IS
 'notification per idle period; advertise again before waiting again), and by alk.resume_queue; with an empty '
 'payload: on wake-up, claim. Example: SELECT alk.queue_channel(''emails''); then LISTEN "<that channel>";';
 
+CREATE FUNCTION alk._wake_held(queue text)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+-- The longest wait for a holder: a durable commit under load, well below
+-- deadlock_timeout, so a cycle through a holder ends here, not in 40P01.
+SET lock_timeout = '20ms'
+AS $$
+DECLARE
+    held tid[];
+    holders text[];
+BEGIN
+    -- Called by a wake-up step whose locking read skipped every advert of
+    -- the queue: true when each holder committed (it covers the caller, see
+    -- the protocol above), false when the caller must notify.
+    SELECT coalesce(pg_catalog.array_agg(v.ctid), '{}'),
+           coalesce(pg_catalog.array_agg(v.xmax::text) FILTER (WHERE v.xmax::text <> '0'), '{}')
+      INTO held, holders
+      FROM alk.idle_workers v WHERE v.queue = _wake_held.queue;
+    IF cardinality(held) = 0 THEN
+        RETURN true;  -- deleted by holders that committed since the skip
+    END IF;
+    -- A holder that outlasted this session's last wait is an open
+    -- transaction: do not wait for it again.
+    IF holders && pg_catalog.string_to_array(pg_catalog.current_setting('alk.wake_slow_holders', true), ',') THEN
+        RETURN false;
+    END IF;
+    BEGIN
+        -- Waits for each holder: a row that comes back was given back by a
+        -- rollback (or is a new advert): take it, and the caller notifies.
+        DELETE FROM alk.idle_workers w
+         WHERE w.ctid = ANY (ARRAY(SELECT v.ctid FROM alk.idle_workers v
+                                    WHERE v.ctid = ANY (held) AND v.queue = _wake_held.queue FOR UPDATE));
+        RETURN NOT FOUND;
+    EXCEPTION WHEN lock_not_available OR deadlock_detected THEN
+        PERFORM pg_catalog.set_config('alk.wake_slow_holders', pg_catalog.array_to_string(holders, ','), false);
+        RETURN false;
+    END;
+END
+$$;
+COMMENT ON FUNCTION alk._wake_held(text) IS
+'internal: wait (at most 20 ms) for the holders of the queue''s adverts; true when each committed, false when the '
+'caller must notify (a holder rolled back or stayed open)';
+
 CREATE FUNCTION alk._wake(queue text)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
@@ -236,9 +295,11 @@ BEGIN
         DELETE FROM alk.idle_workers w
          WHERE w.ctid = ANY (ARRAY(SELECT v.ctid FROM alk.idle_workers v WHERE v.queue = _wake.queue
                                      FOR UPDATE SKIP LOCKED));
-        -- Notify even when another enqueue held the advert: it may roll back
-        -- or stay open, and only our own notification is certain.
-        PERFORM pg_catalog.pg_notify(alk._queue_channel(_wake.queue), '');
+        -- Took one: notify. Saw only adverts others hold: their holders'
+        -- commits cover us; alk._wake_held waits briefly to know they commit.
+        IF FOUND OR NOT alk._wake_held(_wake.queue) THEN
+            PERFORM pg_catalog.pg_notify(alk._queue_channel(_wake.queue), '');
+        END IF;
     END IF;
 END
 $$;
@@ -395,9 +456,11 @@ BEGIN
         DELETE FROM alk.idle_workers w
          WHERE w.ctid = ANY (ARRAY(SELECT v.ctid FROM alk.idle_workers v WHERE v.queue = _enqueue.queue
                                      FOR UPDATE SKIP LOCKED));
-        -- Notify even when another enqueue held the advert: it may roll back
-        -- or stay open, and only our own notification is certain.
-        PERFORM pg_catalog.pg_notify(alk._queue_channel(_enqueue.queue), '');
+        -- Took one: notify. Saw only adverts others hold: their holders'
+        -- commits cover us; alk._wake_held waits briefly to know they commit.
+        IF FOUND OR NOT alk._wake_held(_enqueue.queue) THEN
+            PERFORM pg_catalog.pg_notify(alk._queue_channel(_enqueue.queue), '');
+        END IF;
     END IF;
 END
 $$;
@@ -473,9 +536,11 @@ BEGIN
         DELETE FROM alk.idle_workers w
          WHERE w.ctid = ANY (ARRAY(SELECT v.ctid FROM alk.idle_workers v WHERE v.queue = p_queue
                                      FOR UPDATE SKIP LOCKED));
-        -- Notify even when another enqueue held the advert: it may roll back
-        -- or stay open, and only our own notification is certain.
-        PERFORM pg_catalog.pg_notify(alk._queue_channel(p_queue), '');
+        -- Took one: notify. Saw only adverts others hold: their holders'
+        -- commits cover us; alk._wake_held waits briefly to know they commit.
+        IF FOUND OR NOT alk._wake_held(p_queue) THEN
+            PERFORM pg_catalog.pg_notify(alk._queue_channel(p_queue), '');
+        END IF;
     END IF;
     RETURN v_id;
 END

@@ -80,8 +80,13 @@ def test_issue11_rows_run(bench_ctx: Context) -> None:
     settle, durable, future = _run(bench_ctx, "sql.settle_and_claim", "sql.enqueue_durable", "latency.claim_vs_future")
     assert [rec["clients"] for rec in settle.records] == [1, 2]
     assert all(rec["ours jobs/s"] > 0 and rec["floor jobs/s"] > 0 for rec in settle.records)
-    assert [(rec["clients"], rec["idle worker"]) for rec in durable.records] == [(2, "no"), (2, "yes")]
+    assert [(rec["clients"], rec["idle worker"]) for rec in durable.records] == [
+        (2, "no"),
+        (2, "yes"),
+        (2, "AsyncWorker"),
+    ]
     assert all(rec["ours/no-notify"] is not None for rec in durable.records)
+    assert durable.records[-1]["worker done/enqueued (ours, no-notify)"]  # the real worker ran on both sides
     assert "received 0 notifications" not in " ".join(durable.notes)  # the idle worker was woken
     assert [rec["metric"] for rec in future.records] == ["claim p50", "claim p99", "claim+ack p50"]
     assert all(rec["ratio"] is not None for rec in future.records)

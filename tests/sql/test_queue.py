@@ -1140,10 +1140,12 @@ def test_a_repeatable_read_enqueue_whose_snapshot_predates_the_advert_notifies(c
     assert fence == [] or isinstance(fence, list)
 
 
-def test_no_wake_up_is_lost_under_concurrent_enqueues(connect):
-    """Enqueuers commit at random moments around a worker that keeps going
-    idle; the worker only claims after a notification or when its fence
-    shrinks, never on a blind poll, and still gets every job."""
+@pytest.mark.parametrize("rollback_share", [0.0, 0.3])
+def test_no_wake_up_is_lost_under_concurrent_enqueues(connect, rollback_share):
+    """Enqueuers commit (or roll back: a consuming enqueue that rolls back
+    gives its advert back) at random moments around a worker that keeps
+    going idle; the worker only claims after a notification or when its fence
+    shrinks, never on a blind poll, and still gets every committed job."""
     import random
     import threading
     import time
@@ -1151,13 +1153,18 @@ def test_no_wake_up_is_lost_under_concurrent_enqueues(connect):
     total = 300
     worker = IdleWorker(connect())
     enqueuers = [connect(autocommit=False) for _ in range(4)]
+    committed: list[int] = []
 
     def produce(conn: psycopg.Connection, seed: int) -> None:
         rng = random.Random(seed)
         for _ in range(total // len(enqueuers)):
-            enqueue(conn)
+            job_id = enqueue(conn)
             time.sleep(rng.random() * 0.004)
-            conn.commit()
+            if rng.random() < rollback_share:
+                conn.rollback()
+            else:
+                conn.commit()
+                committed.append(job_id)
             time.sleep(rng.random() * 0.004)
 
     threads = [threading.Thread(target=produce, args=(c, i)) for i, c in enumerate(enqueuers)]
@@ -1167,7 +1174,7 @@ def test_no_wake_up_is_lost_under_concurrent_enqueues(connect):
     deadline = time.monotonic() + 60
     got += worker.claim()
     settled = False
-    while len(got) < total and not settled and time.monotonic() < deadline:
+    while not settled and time.monotonic() < deadline:
         # Every wait starts from a fresh advert and fence: a notification
         # consumed the last one, even when the claim after it was empty.
         fence = worker.go_idle()
@@ -1190,7 +1197,8 @@ def test_no_wake_up_is_lost_under_concurrent_enqueues(connect):
         got += claimed
     for t in threads:
         t.join()
-    assert len(got) == total and len(set(got)) == total
+    assert sorted(got) == sorted(committed) and len(set(got)) == len(got)
+    assert rollback_share or len(got) == total
 
 
 # 0014: an advert is consumed by the enqueue that uses it --------------------------------
@@ -1239,17 +1247,18 @@ def test_every_wake_path_consumes_the_advert(db, connect, wake):
 
 def test_concurrent_enqueues_never_wait_for_each_other_on_an_advert(db, connect):
     """One enqueue consumed the advert and keeps its transaction open: others
-    skip the locked advert and commit at once (lock_timeout would fail them
-    otherwise), and notify themselves: the holder may never commit. The worker
-    withdraws and advertises without waiting either."""
+    wait for it at most alk._wake_held's 20 ms (statement_timeout would fail
+    them otherwise), then notify themselves: the holder may never commit. The
+    worker withdraws and advertises without waiting at all."""
     worker = IdleWorker(connect())
     worker.go_idle()
     holder = connect(autocommit=False)
     held = enqueue(holder)  # took the advert, holds its row lock until commit
     others = [connect() for _ in range(3)]
-    for conn in [*others, worker.conn]:
-        conn.execute("SET lock_timeout = '2s'")
-    quick = [enqueue(conn) for conn in others]  # each would raise 55P03 had it waited
+    for conn in others:
+        conn.execute("SET statement_timeout = '2s'")
+    worker.conn.execute("SET lock_timeout = '2s'")
+    quick = [enqueue(conn) for conn in others]  # each would raise 57014 had it waited for the holder
     assert worker.notified(5)  # they saw the held advert: their own commits wake the worker
     assert sorted(worker.claim()) == sorted(quick)
     assert one(worker.conn, "SELECT alk.stop_waiting('q', 'idle')") is True  # held, not waited for
@@ -1273,3 +1282,101 @@ def test_an_enqueue_beside_a_consuming_enqueue_that_rolls_back_still_wakes_the_w
     assert adverts(db) == 1  # the consumer's delete rolled back with it
     assert worker.notified(5)
     assert worker.claim() == [committed]
+
+
+# 0020: an enqueue that meets a held advert waits for its holder -------------------------
+
+
+def wait_for_holders(db: psycopg.Connection, lock_timeout: str) -> None:
+    """How long alk._wake_held waits for a holder (20 ms as installed): long
+    here so the test, not the machine's speed, decides when the holder ends."""
+    db.execute(f"ALTER FUNCTION alk._wake_held(text) SET lock_timeout = '{lock_timeout}'")
+
+
+def enqueue_in_thread(connect) -> tuple[Any, dict[str, int], int]:
+    import threading
+
+    conn = connect()
+    pid = one(conn, "SELECT pg_backend_pid()")
+    result: dict[str, int] = {}
+    thread = threading.Thread(target=lambda: result.setdefault("id", enqueue(conn)), daemon=True)
+    thread.start()
+    return thread, result, pid
+
+
+def blocked_on_a_lock(db: psycopg.Connection, pid: int) -> bool:
+    return one(db, "SELECT wait_event_type IS NOT DISTINCT FROM 'Lock' FROM pg_stat_activity WHERE pid = %s", pid)
+
+
+def notifications_before_a_marker(worker: IdleWorker, db: psycopg.Connection) -> int:
+    """Empty-payload notifications the worker received, counted up to a
+    marker sent after them: notifications arrive in commit order."""
+    channel = one(db, "SELECT alk.queue_channel(%s)", worker.queue)
+    db.execute("SELECT pg_notify(%s, 'marker')", [channel])
+    for before, note in enumerate(worker.conn.notifies(timeout=60)):
+        if note.payload == "marker":
+            return before
+    raise AssertionError("the marker never arrived")
+
+
+def test_an_enqueue_beside_a_consuming_enqueue_that_commits_waits_and_does_not_notify(db, connect):
+    """The holder's commit covers the enqueue that waited for it: the holder
+    notifies after the waiter's insert, so one notification (not two) reaches
+    the worker, and its claim after it finds both jobs."""
+    from tests.helpers import until
+
+    wait_for_holders(db, "60s")
+    worker = IdleWorker(connect())
+    worker.go_idle()
+    holder = connect(autocommit=False)
+    held = enqueue(holder)  # took the advert
+    thread, result, pid = enqueue_in_thread(connect)
+    until(lambda: blocked_on_a_lock(db, pid), "the second enqueue waiting for the holder")
+    holder.commit()
+    thread.join(60)
+    assert "id" in result
+    assert notifications_before_a_marker(worker, db) == 1  # the holder's only
+    assert worker.claim() == [held, result["id"]]
+
+
+def test_an_enqueue_beside_a_consuming_enqueue_that_rolls_back_takes_the_advert(db, connect):
+    """The holder rolls back: the advert comes back to the enqueue waiting for
+    it, which consumes it and notifies at its own commit."""
+    from tests.helpers import until
+
+    wait_for_holders(db, "60s")
+    worker = IdleWorker(connect())
+    worker.go_idle()
+    holder = connect(autocommit=False)
+    enqueue(holder)
+    thread, result, pid = enqueue_in_thread(connect)
+    until(lambda: blocked_on_a_lock(db, pid), "the second enqueue waiting for the holder")
+    holder.rollback()
+    thread.join(60)
+    assert "id" in result
+    assert adverts(db) == 0  # consumed by the waiter, not left for the next enqueue
+    assert notifications_before_a_marker(worker, db) == 1
+    assert worker.claim() == [result["id"]]
+
+
+def test_a_session_waits_once_for_a_holder_that_stays_open(db, connect):
+    """A holder that outlasts the wait is an open transaction: the enqueue
+    notifies, and its session's later enqueues notify at once for that holder
+    instead of waiting again."""
+    worker = IdleWorker(connect())
+    worker.go_idle()
+    holder = connect(autocommit=False)
+    held = enqueue(holder)
+    other = connect()
+    wait_for_holders(db, "50ms")
+    first = enqueue(other)  # waited 50 ms, then notified
+    assert worker.notified(5)
+    worker.go_idle()  # its advert is still the held one: nothing new to consume
+    wait_for_holders(db, "60s")
+    other.execute("SET statement_timeout = '5s'")
+    second = enqueue(other)  # would wait 60 s (57014 after 5) for the same holder
+    assert notifications_before_a_marker(worker, db) == 1
+    assert worker.claim() == [first, second]
+    holder.commit()
+    assert worker.notified(5)
+    assert worker.claim() == [held]
