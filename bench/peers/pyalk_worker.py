@@ -154,6 +154,8 @@ async def run(args: Args) -> PeerResult:
     variant = os.environ.get("ALK_BENCH_PYALK_VARIANT", "async")
     if variant not in VARIANTS:
         raise ValueError(f"ALK_BENCH_PYALK_VARIANT must be one of {VARIANTS}, got {variant!r}")
+    from pyalk._async.worker import PREFETCH
+
     enqueue_s = await _enqueue(args)
     checkpoints = _memory_checkpoints()
     if variant == "async":
@@ -173,7 +175,7 @@ async def run(args: Args) -> PeerResult:
         settings={
             "worker": "AsyncWorker" if variant == "async" else "Worker (threads)",
             "pool max_connections": 4,
-            "tuning": "none: pyalk defaults (prefetch 500, batched settlement)",
+            "tuning": f"none: pyalk defaults (prefetch {PREFETCH}, batched settlement)",
             **{k: v for k, v in worker_options(args.concurrency).items() if k != "handle_signals"},
         },
         measures={"rss_kib_after": countdown.rss_kib} if checkpoints else {},

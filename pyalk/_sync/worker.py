@@ -5,7 +5,7 @@ the outcome. (The queue functions it calls are bound in queue.py.)
 Every queue rule (claim order, leases, fencing, backoff, burial) is the SQL's
 (sql/queue.sql); the worker only decides when to call it:
 
-* it claims ahead into a local buffer (``prefetch``, default 500 jobs, sized
+* it claims ahead into a local buffer (``prefetch``, default 1000 jobs, sized
   by the rate it starts jobs at), so one round trip feeds many handlers even
   at concurrency 1; ``concurrency`` runners (tasks, or threads) take jobs from
   the buffer one after the other, with no hand-off per job;
@@ -85,8 +85,10 @@ Handler = Callable[[JobHandle], Any]
 
 #: Most outcomes one settlement call carries.
 SETTLE_BATCH_MAX = 1000
-#: Default most jobs claimed ahead (graphile-worker's local queue holds 500).
-PREFETCH = 500
+#: Default most jobs claimed ahead. Each claim is a durable commit (a WAL
+#: flush) plus a fixed cost per call, so a buffer refilled in claims of 500
+#: rather than 250 is 13-25% faster end to end (issue 11, measured).
+PREFETCH = 1000
 #: Default seconds an outcome waits for others before it is flushed alone.
 SETTLE_INTERVAL = 0.005
 #: Jobs a runner starts back to back before it lets the other loops in.
