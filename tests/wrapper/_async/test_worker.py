@@ -110,9 +110,9 @@ async def test_worker_arguments_are_checked(alk):
             AsyncWorker(alk, "q", handler, **bad)
     worker = alk.worker("q", handler, concurrency=3)
     assert isinstance(worker, AsyncWorker)
-    # The fast settings are the defaults: 500 claimed ahead, claims of up to 500.
+    # The fast settings are the defaults: 1000 claimed ahead, claims of up to 1000.
     assert (worker.concurrency, worker.prefetch, worker.batch_size, worker.running, worker.in_flight) == (
-        3, 500, 500, False, 0)
+        3, 1000, 1000, False, 0)
     assert "q" in repr(worker)
 
 
