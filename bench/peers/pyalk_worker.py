@@ -296,13 +296,23 @@ async def _listen_claim(dsn: str) -> None:
         for _ in range(3):
             await conn.execute(claim, prepare=True)  # prepared before the first wake
         _emit("ready")
-        async for _notify in listen.notifies():
+
+        async def claim_and_stamp() -> None:
             jobs = await (await conn.execute(claim, prepare=True)).fetchall()
             t = _now_ns()
             for job_id, attempt, payload in jobs:
                 _emit(f"{payload['seq']} {t}")
                 await conn.execute("SELECT alk.ack(%s, 'probe', %s)", [job_id, attempt], prepare=True)
+
+        while True:
+            # A 1 s fallback, so a wake-up the floor's protocol could miss
+            # never hangs the row (such a sample shows as a slow one).
+            async for _notify in listen.notifies(timeout=1.0, stop_after=1):
+                await claim_and_stamp()
             await conn.execute(advertise, prepare=True)  # after the stamp: advertise again before waiting
+            # The protocol: claim once more behind the advert (an enqueue
+            # that committed before it saw no advert and did not notify).
+            await claim_and_stamp()
 
 
 async def _listen_stream(dsn: str) -> None:
