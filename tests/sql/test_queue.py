@@ -1284,7 +1284,7 @@ def test_an_enqueue_beside_a_consuming_enqueue_that_rolls_back_still_wakes_the_w
     assert worker.claim() == [committed]
 
 
-# 0020: an enqueue that meets a held advert waits for its holder -------------------------
+# 0021: an enqueue that meets a held advert waits for its holder -------------------------
 
 
 def wait_for_holders(db: psycopg.Connection, lock_timeout: str) -> None:
