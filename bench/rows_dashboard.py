@@ -309,9 +309,9 @@ def no_interference_row(ctx: Context) -> RowResult:
         seconds=time.perf_counter() - started)
 
 
-#: The counting CTEs of alk._settle's two statements (sql/queue.sql): the
-#: counter upsert and the prune it gates, up to the statement's main SELECT.
-_COUNTING = re.compile(r"\), counted AS \(.*?WHERE n\.opened\)\)\s*\)", re.S)
+#: The counting CTE of alk._settle's two statements (sql/queue.sql): the
+#: counter upsert (its insert trigger prunes), up to the statement's main SELECT.
+_COUNTING = re.compile(r"\), counted AS \(.*?RETURNING c\.queue\s*\)", re.S)
 
 
 def _uncounted_settle(conn: psycopg.Connection) -> None:
