@@ -430,11 +430,8 @@ BEGIN
         ), first AS (
             SELECT DISTINCT ON (i.id) i.* FROM input i ORDER BY i.id, i.ord
         ), acked AS (
-            -- id = ANY (job_ids): the plan probes jobs_pkey per id rather than
-            -- walking every row the worker holds (a generic plan knows no
-            -- batch size; measured 22-137 ms a call at 500 held).
             DELETE FROM alk.jobs j USING first f
-             WHERE j.id = ANY (_settle.job_ids) AND j.id = f.id AND (_settle.queue IS NULL OR j.queue = _settle.queue)
+             WHERE j.id = f.id AND (_settle.queue IS NULL OR j.queue = _settle.queue)
                AND alk._holds(j, wid, f.attempt, clock)
             RETURNING j.id
         )
@@ -454,7 +451,7 @@ BEGIN
         SELECT DISTINCT ON (i.id) i.* FROM input i ORDER BY i.id, i.ord
     ), acked AS (
         DELETE FROM alk.jobs j USING first f
-         WHERE f.outcome = 'ack' AND j.id = ANY (_settle.job_ids) AND j.id = f.id AND (_settle.queue IS NULL OR j.queue = _settle.queue)
+         WHERE f.outcome = 'ack' AND j.id = f.id AND (_settle.queue IS NULL OR j.queue = _settle.queue)
            AND alk._holds(j, wid, f.attempt, clock)
         RETURNING j.id, 'acked'::text AS state
     ), moved AS (
@@ -482,7 +479,7 @@ BEGIN
                purge_at = CASE WHEN f.outcome = 'fail' OR j.attempts - j.attempts_refunded >= j.max_attempts
                                THEN alk._purge_at(clock, j.dead_letter_retention_s) END
           FROM first f
-         WHERE f.outcome <> 'ack' AND j.id = ANY (_settle.job_ids) AND j.id = f.id AND (_settle.queue IS NULL OR j.queue = _settle.queue)
+         WHERE f.outcome <> 'ack' AND j.id = f.id AND (_settle.queue IS NULL OR j.queue = _settle.queue)
            AND alk._holds(j, wid, f.attempt, clock)
         RETURNING j.id, j.state
     ), done AS (
