@@ -227,18 +227,14 @@ class Queue:
     ) -> dict[str, Any]:
         # Array literals built here: psycopg dumps a list element by element
         # in Python (a regex per element), most of a batch's encoding cost.
-        kinds = [kind for _, kind, _ in outcomes]
-        errs = [err for _, _, err in outcomes]
-        # All acks (a busy worker's usual batch): NULL outcomes and errs, the
-        # SQL's all-ack form, so nothing is encoded or parsed per job for them.
-        plain = all(kind == "ack" for kind in kinds) and not any(err is not None for err in errs)
+        # Which statement settles the batch (all acks or mixed) is alk._settle's to tell.
         return {
             "queue": self.name,
             "worker_id": _codec.text(worker_id, "worker_id"),
             "job_ids": _bigint_array([job.id for job, _, _ in outcomes]),
             "attempts": _bigint_array([job.attempts for job, _, _ in outcomes]),
-            "outcomes": None if plain else _text_array(kinds),
-            "errs": None if plain else _text_array(errs),
+            "outcomes": _text_array([kind for _, kind, _ in outcomes]),
+            "errs": _text_array([err for _, _, err in outcomes]),
         }
 
     def settle(self, worker_id: str, outcomes: Sequence[tuple[Job, str, str | None]]) -> list[str | None]:
