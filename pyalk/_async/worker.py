@@ -94,6 +94,14 @@ SETTLE_INTERVAL = 0.005
 YIELD_EVERY = 16
 #: The first and the longest pause between polls of an idle advert's fence.
 FENCE_POLL = (0.001, 0.1)
+#: Default busy poll (seconds): an advert consumed sooner than this means jobs
+#: arrive faster than one per interval; notifying for each arrival would put
+#: an enqueue through PostgreSQL's notify lock every few jobs (docs/worker.md).
+BUSY_POLL = 0.005
+#: Busy polls in a row that find nothing before the worker advertises again:
+#: durable commits land in groups, one per WAL flush, so one empty poll is
+#: often a flush, not the end of the stream.
+BUSY_QUIET = 2
 
 # the worker ------------------------------------------------------------------
 
@@ -144,13 +152,17 @@ class AsyncWorker:
     attempts are used up), with ``Type: message`` as the error text.
 
     Options: ``prefetch`` is the most jobs held claimed but not yet started
-    (default 500: one claim feeds many handlers; the trade-off is that they
+    (default 1000: one claim feeds many handlers; the trade-off is that they
     are held by this worker, see docs/worker.md); ``buffer_lifetime`` the
     most seconds one waits there (default and cap: half its visibility
     timeout, less a second) before it is released unstarted; ``batch_size``
     caps one claim (default: ``prefetch``); ``settle_interval`` is how long
     an outcome waits to be settled with others (or with the next claim);
     ``poll_interval`` is the fallback poll in seconds when no NOTIFY comes;
+    ``busy_poll``: while jobs arrive faster than one per this many seconds
+    (an idle advert consumed sooner), the worker claims every ``busy_poll``
+    instead of advertising, until two such claims in a row find nothing, so
+    those enqueues do not notify (0: always advertise);
     ``grace_period`` is how long a stop waits for running handlers;
     ``heartbeat`` renews each running job's lease every half visibility
     timeout; ``listen`` opens the LISTEN connection (``listen_conninfo``, or
@@ -177,6 +189,7 @@ class AsyncWorker:
         batch_size: int | None = None,
         settle_interval: float = SETTLE_INTERVAL,
         poll_interval: float = 5.0,
+        busy_poll: float = BUSY_POLL,
         grace_period: float = 30.0,
         heartbeat: bool = True,
         listen: bool = True,
@@ -198,6 +211,8 @@ class AsyncWorker:
             raise ValueError(f"settle_interval must be >= 0 seconds, got {settle_interval!r}")
         if not poll_interval > 0:
             raise ValueError(f"poll_interval must be > 0 seconds, got {poll_interval!r}")
+        if not busy_poll >= 0:
+            raise ValueError(f"busy_poll must be >= 0 seconds, got {busy_poll!r}")
         if not grace_period >= 0:
             raise ValueError(f"grace_period must be >= 0 seconds, got {grace_period!r}")
         self.alk = alk
@@ -211,6 +226,7 @@ class AsyncWorker:
         self.batch_size = batch_size or max(prefetch, concurrency)
         self.settle_interval = float(settle_interval)
         self.poll_interval = float(poll_interval)
+        self.busy_poll = min(float(busy_poll), self.poll_interval)
         self.grace_period = float(grace_period)
         self.heartbeat = heartbeat
         self.handle_signals = handle_signals
@@ -235,6 +251,8 @@ class AsyncWorker:
         self._asked = False  # a refill is asked for or under way: the runners need not ask again
         self._advertised = False  # idle advert in place (alk.wait_for_jobs)
         self._advertised_at = 0  # the listener's notification count when it was made
+        self._advertised_since = 0.0  # monotonic time it was made
+        self._busy = 0  # adverts consumed within busy_poll: empty polls left before advertising again
         self._debug = False
         # Set from any thread or signal handler; waited on by the loops.
         self._stopped = AsyncEvent()  # claiming is over: ends backoff sleeps and the listener
@@ -437,19 +455,29 @@ class AsyncWorker:
                     if self._advertised and self._listener is not None \
                             and self._listener.notified != self._advertised_at:
                         # Notified since the advert: the enqueue that notified
-                        # consumed it. Advertise again before waiting again.
+                        # consumed it. Advertise again before waiting again,
+                        # unless it was consumed within busy_poll.
                         self._advertised = False
-                    if not self._advertised and self._listener is not None and self._listener.listening:
+                        quick = time.monotonic() - self._advertised_since < self.busy_poll
+                        self._busy = BUSY_QUIET if quick else 0
+                    elif self._busy:
+                        self._busy = BUSY_QUIET if handles else self._busy - 1
+                    if not self._busy and not self._advertised \
+                            and self._listener is not None and self._listener.listening:
                         fence = await self._advertise()
                         claim_now = True  # the protocol: claim once more behind the advert
                         continue
-                    delay = await self._seconds_until_claimable()
+                    delay = None if self._busy else await self._seconds_until_claimable()
                 except TRANSIENT_ERRORS as error:
                     await self._pause_for(error, failing)
                     claim_now = True
                     continue
                 failing.reset()
-                if delay is not None and delay <= 0:
+                if self._busy:
+                    # Jobs keep arriving: claim again after busy_poll, with no
+                    # advert, so their enqueues take no notify lock.
+                    timeout = self.busy_poll
+                elif delay is not None and delay <= 0:
                     # Claimable now, yet the claim came back short: rows held
                     # by a concurrent claim or settle. Back off a little, not a lot.
                     timeout = 0.0 if handles else idle.next()
@@ -475,6 +503,10 @@ class AsyncWorker:
             timeout = min(timeout, self._until_head_expires())
             if fence:
                 fence = await self._wait_behind_fence(fence, timeout)
+            elif self._busy:
+                # The whole interval: a runner asking for more as the buffer
+                # empties would make it a claim per job again.
+                await self._stopped.wait(timeout)
             else:
                 await self._wake.wait(timeout)
             claim_now = True
@@ -524,6 +556,7 @@ class AsyncWorker:
         fence of the transactions that may have missed the advert."""
         assert self._listener is not None
         self._advertised_at = self._listener.notified  # a notification from here on may consume it
+        self._advertised_since = time.monotonic()
         await self.queue.wait_for_jobs(self.worker_id)
         self._advertised = True
         return await self.queue.wake_fence()

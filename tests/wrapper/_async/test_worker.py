@@ -105,7 +105,7 @@ async def test_worker_arguments_are_checked(alk):
 
     for bad in ({"concurrency": 0}, {"concurrency": True}, {"batch_size": 0}, {"poll_interval": 0},
                 {"grace_period": -1}, {"prefetch": -1}, {"prefetch": True}, {"buffer_lifetime": -1},
-                {"settle_interval": -0.1}):
+                {"settle_interval": -0.1}, {"busy_poll": -0.001}):
         with pytest.raises(ValueError):
             AsyncWorker(alk, "q", handler, **bad)
     worker = alk.worker("q", handler, concurrency=3)
@@ -447,6 +447,58 @@ async def test_an_idle_worker_advertises_again_after_each_wake_up_and_misses_no_
     thread.join()
     assert not failures, failures
     assert len(handled) == len(set(handled)) == bursts * per_burst
+
+
+async def test_a_steady_stream_is_claimed_on_the_busy_poll_not_notified_per_claim(alk, db, dsn):
+    """An advert consumed within ``busy_poll`` means jobs arrive faster than
+    one per interval: the worker claims on that timer without advertising, so
+    the stream's enqueues do not notify; once a claim finds nothing it
+    advertises again and the next enqueue wakes it (the poll is an hour away)."""
+    worker: AsyncWorker
+    handled: list[int] = []
+    stream, notified, failures = 60, [0, 0], []
+
+    async def handler(job: AsyncJobHandle) -> None:
+        handled.append(job.payload)
+
+    worker = AsyncWorker(alk, "q", handler, worker_id="streamed", poll_interval=3600, busy_poll=0.2,
+                         handle_signals=False)
+
+    def advertised() -> bool:
+        return bool(one(db, "SELECT count(*) = 1 FROM alk.idle_workers WHERE worker_id = 'streamed'"))
+
+    def received(listen: psycopg.Connection) -> int:
+        return sum(1 for _ in listen.notifies(timeout=0.3))  # what arrived so far
+
+    def produce() -> None:
+        try:
+            with psycopg.connect(dsn, autocommit=True) as listen, psycopg.connect(dsn, autocommit=True) as conn:
+                listen.execute(f'LISTEN "{one(listen, "SELECT alk.queue_channel(%s)", "q")}"')
+                until(advertised, "the worker to advertise itself idle")
+                for i in range(stream):
+                    conn.execute("SELECT alk.enqueue('q', %s)", [str(i)])
+                    time.sleep(0.002)  # the stream's pace (a job every 2 ms), not a synchronisation
+                until(lambda: len(handled) == stream, "the stream handled")
+                until(advertised, "the worker to advertise again after the stream")
+                notified[0] = received(listen)
+                conn.execute("SELECT alk.enqueue('q', %s)", [str(stream)])
+                until(lambda: len(handled) == stream + 1, "the job after the stream handled")
+                notified[1] = received(listen)
+        except BaseException as error:
+            failures.append(error)
+        finally:
+            worker.stop()
+
+    thread = in_thread(produce)
+    await worker.run()
+    thread.join()
+    assert not failures, failures
+    assert sorted(handled) == list(range(stream + 1))
+    # The stream's first enqueue notified; with a pause of more than 0.2 s
+    # (a slow machine) one more may. Advertising after every claim, about
+    # every second enqueue would.
+    assert 1 <= notified[0] <= 3, notified
+    assert notified[1] == 1, notified  # the idle worker woke on the NOTIFY
 
 
 async def test_a_worker_sleeps_until_next_claim_at_not_a_full_poll(alk, db):
