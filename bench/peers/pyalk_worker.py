@@ -3,8 +3,8 @@ subscriber side of the wake-latency and stream-tail rows (§3).
 
 End to end: ``args.jobs`` no-op jobs go in with ``Queue.enqueue_batch`` (one
 round trip per 1,000), then one burst worker processes them, configured for
-with its defaults (no tuning: it claims ahead into a local buffer of up to 500
-jobs, settles outcomes in batches carried with the next claim, and listens
+with its defaults (no tuning: it claims ahead into a local buffer of up to 1000
+jobs, settles outcomes in batches, carried by a claim into an empty buffer, and listens
 for wake-ups as in production), the default pool of 4 connections. ``--variant async`` runs
 :class:`pyalk.AsyncWorker` (handlers as asyncio tasks), ``--variant
 threaded`` the threaded :class:`pyalk.Worker` (``Alk(...).worker(...)``,

@@ -519,10 +519,16 @@ class AsyncWorker:
                 and not len(self._settler))
 
     async def _exchange(self, wanted: int) -> tuple[list[AsyncJobHandle], bool]:
-        """Settle what is pending and claim up to ``wanted`` into the buffer,
-        one round trip; the handles, and whether the worker was quiet
-        (:meth:`_quiet`) when the call was sent, besides what it carried."""
-        outcomes = self._settler.take()
+        """Claim up to ``wanted`` into the buffer, settling what is pending in
+        the same round trip when the runners wait for this claim; the
+        handles, and whether the worker was quiet (:meth:`_quiet`) when the
+        call was sent, besides what it carried."""
+        # A refill of a buffer that still feeds the runners leaves the
+        # outcomes to the batcher's own flush: on a second connection it runs
+        # beside the claim instead of lengthening it, and a longer refill let
+        # the buffer run dry (carried: 18 ms for 500 jobs; end to end 4-27%
+        # fewer jobs/s, 6 of 6 interleaved pairs).
+        outcomes = self._settler.take() if not self._buffer else []
         quiet = self._quiet()
         sent = time.monotonic()
         try:
