@@ -88,6 +88,8 @@ SETTLE_BATCH_MAX = 1000
 #: flush) plus a fixed cost per call, so a buffer refilled in claims of 500
 #: rather than 250 is 13-25% faster end to end (issue 11, measured).
 PREFETCH = 1000
+#: A refill is claimed once the buffer is down to this fraction of its target.
+REFILL_AT = 0.5
 #: Default seconds an outcome waits for others before it is flushed alone.
 SETTLE_INTERVAL = 0.005
 #: Jobs a runner starts back to back before it lets the other loops in.
@@ -402,7 +404,7 @@ class AsyncWorker:
         """How many to claim now: a refill once the buffer is down to half its target."""
         target = self._target()
         have = len(self._buffer)
-        if have > target // 2:
+        if have > int(target * REFILL_AT):
             return 0
         free = self.concurrency - len(self._in_flight)
         if self.prefetch == 0:
@@ -442,7 +444,7 @@ class AsyncWorker:
                         # them start before this loop sends its next statement
                         # (an idle worker's wake-up: the advert comes after).
                         await AsyncRuntime.yield_now()
-                    self._low = self._target() // 2
+                    self._low = int(self._target() * REFILL_AT)
                     if len(handles) == wanted:
                         self._drained = False
                         idle.reset()
