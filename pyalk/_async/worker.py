@@ -503,12 +503,14 @@ class AsyncWorker:
                 if self._unstarted or (self._wanted() > 0 and (not self._drained or not self._buffer)):
                     continue
             timeout = min(timeout, self._until_head_expires())
-            if fence:
-                fence = await self._wait_behind_fence(fence, timeout)
-            elif self._busy:
+            if self._busy:
                 # The whole interval: a runner asking for more as the buffer
-                # empties would make it a claim per job again.
+                # empties would make it a claim per job again. No fence to
+                # watch: the poll claims whatever committed without an advert.
+                fence = None
                 await self._stopped.wait(timeout)
+            elif fence:
+                fence = await self._wait_behind_fence(fence, timeout)
             else:
                 await self._wake.wait(timeout)
             claim_now = True
