@@ -40,6 +40,25 @@ def in_thread(fn: Callable[[], Any]) -> threading.Thread:
     return thread
 
 
+async def run_beside(worker: AsyncWorker, produce: Callable[[], None]) -> None:
+    """Run the worker while ``produce`` runs in a thread; stop it when
+    ``produce`` ends, and raise what ``produce`` raised."""
+    failures: list[BaseException] = []
+
+    def guarded() -> None:
+        try:
+            produce()
+        except BaseException as error:
+            failures.append(error)
+        finally:
+            worker.stop()
+
+    thread = in_thread(guarded)
+    await worker.run()
+    thread.join()
+    assert not failures, failures
+
+
 def worker_is_waiting(db: psycopg.Connection, since: Any) -> bool:
     """The worker's LISTEN session is up and its last claim-loop query (a
     next_claim_at computed after ``since``) is done: it is waiting."""
@@ -416,36 +435,27 @@ async def test_an_idle_worker_advertises_again_after_each_wake_up_and_misses_no_
 
     worker = AsyncWorker(alk, "q", handler, worker_id="bursty", poll_interval=3600, handle_signals=False)
     bursts, per_burst, enqueuers = 8, 12, 4
-    failures: list[BaseException] = []
 
     def advertised() -> bool:
         return bool(one(db, "SELECT count(*) = 1 FROM alk.idle_workers WHERE worker_id = 'bursty'"))
 
     def produce() -> None:
-        try:
-            conns = [psycopg.connect(dsn, autocommit=True) for _ in range(enqueuers)]
-            for burst in range(bursts):
-                done = burst * per_burst
-                until(lambda done=done: len(handled) == done and advertised(), f"idle before burst {burst}")
-                threads = [threading.Thread(target=lambda c=c: [c.execute("SELECT alk.enqueue('q', '1')")
-                                                                for _ in range(per_burst // enqueuers)])
-                           for c in conns]
-                for t in threads:
-                    t.start()
-                for t in threads:
-                    t.join()
-            until(lambda: len(handled) == bursts * per_burst, "every burst handled")
-            for c in conns:
-                c.close()
-        except BaseException as error:
-            failures.append(error)
-        finally:
-            worker.stop()
+        conns = [psycopg.connect(dsn, autocommit=True) for _ in range(enqueuers)]
+        for burst in range(bursts):
+            done = burst * per_burst
+            until(lambda done=done: len(handled) == done and advertised(), f"idle before burst {burst}")
+            threads = [threading.Thread(target=lambda c=c: [c.execute("SELECT alk.enqueue('q', '1')")
+                                                            for _ in range(per_burst // enqueuers)])
+                       for c in conns]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+        until(lambda: len(handled) == bursts * per_burst, "every burst handled")
+        for c in conns:
+            c.close()
 
-    thread = in_thread(produce)
-    await worker.run()
-    thread.join()
-    assert not failures, failures
+    await run_beside(worker, produce)
     assert len(handled) == len(set(handled)) == bursts * per_burst
 
 
@@ -456,7 +466,7 @@ async def test_a_steady_stream_is_claimed_on_the_busy_poll_not_notified_per_clai
     advertises again and the next enqueue wakes it (the poll is an hour away)."""
     worker: AsyncWorker
     handled: list[int] = []
-    stream, notified, failures = 60, [0, 0], []
+    stream, notified = 60, [0, 0]
 
     async def handler(job: AsyncJobHandle) -> None:
         handled.append(job.payload)
@@ -471,28 +481,20 @@ async def test_a_steady_stream_is_claimed_on_the_busy_poll_not_notified_per_clai
         return sum(1 for _ in listen.notifies(timeout=0.3))  # what arrived so far
 
     def produce() -> None:
-        try:
-            with psycopg.connect(dsn, autocommit=True) as listen, psycopg.connect(dsn, autocommit=True) as conn:
-                listen.execute(f'LISTEN "{one(listen, "SELECT alk.queue_channel(%s)", "q")}"')
-                until(advertised, "the worker to advertise itself idle")
-                for i in range(stream):
-                    conn.execute("SELECT alk.enqueue('q', %s)", [str(i)])
-                    time.sleep(0.002)  # the stream's pace (a job every 2 ms), not a synchronisation
-                until(lambda: len(handled) == stream, "the stream handled")
-                until(advertised, "the worker to advertise again after the stream")
-                notified[0] = received(listen)
-                conn.execute("SELECT alk.enqueue('q', %s)", [str(stream)])
-                until(lambda: len(handled) == stream + 1, "the job after the stream handled")
-                notified[1] = received(listen)
-        except BaseException as error:
-            failures.append(error)
-        finally:
-            worker.stop()
+        with psycopg.connect(dsn, autocommit=True) as listen, psycopg.connect(dsn, autocommit=True) as conn:
+            listen.execute(f'LISTEN "{one(listen, "SELECT alk.queue_channel(%s)", "q")}"')
+            until(advertised, "the worker to advertise itself idle")
+            for i in range(stream):
+                conn.execute("SELECT alk.enqueue('q', %s)", [str(i)])
+                time.sleep(0.002)  # the stream's pace (a job every 2 ms), not a synchronisation
+            until(lambda: len(handled) == stream, "the stream handled")
+            until(advertised, "the worker to advertise again after the stream")
+            notified[0] = received(listen)
+            conn.execute("SELECT alk.enqueue('q', %s)", [str(stream)])
+            until(lambda: len(handled) == stream + 1, "the job after the stream handled")
+            notified[1] = received(listen)
 
-    thread = in_thread(produce)
-    await worker.run()
-    thread.join()
-    assert not failures, failures
+    await run_beside(worker, produce)
     assert sorted(handled) == list(range(stream + 1))
     # The stream's first enqueue notified; with a pause of more than 0.2 s
     # (a slow machine) one more may. Advertising after every claim, about
