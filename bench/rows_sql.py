@@ -226,6 +226,12 @@ def run_pair(ctx: Context, pair: Pair) -> RowResult:
             "Each side drains a backlog it was given just before (VACUUM ANALYZE, CHECKPOINT), "
             "of clients x transactions x batch jobs: the same work for both."
         )
+    retried = {side: sum(r["retried"] for r in raw if r["side"] == side) for side in ("ours", "floor")}
+    if any(retried.values()):
+        notes.append(
+            f"Transactions pgbench ran again after a deadlock (--max-tries {pg.MAX_TRIES}): ours "
+            f"{retried['ours']}, floor {retried['floor']}; their time is in the side's jobs/s."
+        )
     return RowResult(
         key=pair.key,
         title=pair.title,
