@@ -103,18 +103,29 @@ def remaining_ids(dsn: str) -> dict[int, str]:
         return dict(conn.execute("SELECT id, state FROM alk.jobs WHERE queue = 'q'").fetchall())
 
 
-def read_ledger(ledger: Path) -> list[Start]:
-    starts = []
-    for path in ledger.glob("*.jsonl"):
-        for line in path.read_text().splitlines():
-            if line.strip():  # a SIGKILL can cut nothing mid-line (one write), but be lenient about blanks
-                starts.append(Start(**json.loads(line)))
+def jsonl_records(path: Path, settled: bool = False) -> list[dict[str, Any]]:
+    """The complete lines of a JSON-lines file other processes append to.
+
+    Each line is one ``write``, so a SIGKILL cuts none, but a read beside a
+    write can see part of it (the copy into the page cache is not atomic for
+    readers): while writers run, a last line without its newline is a write in
+    flight and is left for the next read. Once they have stopped (``settled``)
+    such a line is an error, never skipped."""
+    if not path.exists():
+        return []
+    *lines, tail = path.read_text().split("\n")
+    assert not (settled and tail), f"{path}: an unterminated line after its writers stopped: {tail!r}"
+    return [json.loads(line) for line in lines if line.strip()]
+
+
+def read_ledger(ledger: Path, settled: bool = False) -> list[Start]:
+    starts = [Start(**record) for path in ledger.glob("*.jsonl") for record in jsonl_records(path, settled)]
     return sorted(starts, key=lambda s: s.start)
 
 
 def check(ledger: Path, enqueued: list[int], dsn: str, dead_ok: bool = False) -> dict[str, Any]:
     """The phase's invariants; returns its counts for the report."""
-    starts = read_ledger(ledger)
+    starts = read_ledger(ledger, settled=True)
     left = remaining_ids(dsn)
     assert all(state == "dead" for state in left.values()) or not left, f"jobs not done: {left}"
     if not dead_ok:

@@ -6,18 +6,18 @@ kill to the restarted subscriber's first event."""
 from __future__ import annotations
 
 import itertools
-import json
 import os
 import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import psycopg
 
 from pyalk import Alk
-from tests.chaos.harness import ROOT
+from tests.chaos.harness import ROOT, jsonl_records
 from tests.chaos.servers import until
 
 PUBLISHERS = 4
@@ -30,8 +30,8 @@ def spawn_subscriber(dsn: str, log: Path) -> subprocess.Popen[bytes]:
                             env={**os.environ, "PYTHONPATH": str(ROOT)}, stderr=subprocess.DEVNULL)
 
 
-def lines(log: Path) -> list[dict[str, float]]:
-    return [json.loads(line) for line in log.read_text().splitlines() if line.strip()] if log.exists() else []
+def lines(log: Path, settled: bool = False) -> list[dict[str, Any]]:
+    return jsonl_records(log, settled)
 
 
 def test_stream_subscribers_killed_under_concurrent_publishers(chaos_dsn, tmp_path, report):
@@ -89,12 +89,13 @@ def test_stream_subscribers_killed_under_concurrent_publishers(chaos_dsn, tmp_pa
         until(lambda: any(line.get("offset") == final for line in lines(log)), "the subscriber to read the last event")
     finally:
         subscriber.kill()
+        subscriber.wait()
         stop.set()
         watcher.join(10)
 
     everything = sorted(published)
-    runs: dict[float, list[dict[str, float]]] = {}
-    for line in lines(log):
+    runs: dict[float, list[dict[str, Any]]] = {}
+    for line in lines(log, settled=True):
         runs.setdefault(line["run"], []).append(line)
     seen_offsets: set[int] = set()
     for run in runs.values():
