@@ -19,7 +19,7 @@ import psycopg
 import pytest
 
 from pyalk import Alk, AsyncAlk, AsyncJobHandle, AsyncWorker, JobHandle, QueueOpts, Worker
-from tests.helpers import until, until_async
+from tests.helpers import one, until, until_async
 
 DEADLINE = 60.0
 
@@ -67,12 +67,11 @@ def test_each_worker_refuses_the_other_kind_of_handler(dsn):
 
 async def test_async_and_threaded_workers_process_every_job_exactly_once(dsn, db):
     """3 async workers (concurrency 5) and 2 threaded workers (concurrency 4),
-    each on its own client, drain 1500 jobs: every job handled once, acked."""
+    each on its own client, drain 1500 jobs: every job handled once, acked.
+    The jobs arrive once all five wait idle, and a small prefetch keeps any
+    one of them from claiming the queue before the others wake (on a loaded
+    machine the first to start once drained it alone)."""
     jobs = 1500
-    with Alk(dsn) as loader:
-        queue = loader.queue("q")
-        for start in range(0, jobs, 500):
-            queue.enqueue_batch(list(range(start, start + 500)))
     handled: Counter[int] = Counter()
     guard = threading.Lock()
 
@@ -86,16 +85,22 @@ async def test_async_and_threaded_workers_process_every_job_exactly_once(dsn, db
             handled[job.payload] += 1
 
     clients = [AsyncAlk(dsn) for _ in range(3)]
-    async_workers = [AsyncWorker(client, "q", async_handler, concurrency=5, worker_id=f"async-{i}",
+    async_workers = [AsyncWorker(client, "q", async_handler, concurrency=5, prefetch=10, worker_id=f"async-{i}",
                                  handle_signals=False) for i, client in enumerate(clients)]
     sync_clients = [Alk(dsn) for _ in range(2)]
-    sync_workers = [Worker(client, "q", thread_handler, concurrency=4, worker_id=f"thread-{i}",
+    sync_workers = [Worker(client, "q", thread_handler, concurrency=4, prefetch=10, worker_id=f"thread-{i}",
                            handle_signals=False) for i, client in enumerate(sync_clients)]
     threads = [threading.Thread(target=worker.run) for worker in sync_workers]
     for thread in threads:
         thread.start()
     try:
         runs = [asyncio.ensure_future(worker.run()) for worker in async_workers]
+        await until_async(lambda: one(db, "SELECT count(*) FROM alk.idle_workers WHERE queue = 'q'") == 5,
+                          "all five workers to wait idle")
+        with Alk(dsn) as loader:
+            queue = loader.queue("q")
+            for start in range(0, jobs, 500):
+                queue.enqueue_batch(list(range(start, start + 500)))
         await until_async(lambda: sum(handled.values()) >= jobs and remaining(db) == 0, "the queue to drain")
     finally:
         for worker in [*async_workers, *sync_workers]:
