@@ -30,10 +30,6 @@ def spawn_subscriber(dsn: str, log: Path) -> subprocess.Popen[bytes]:
                             env={**os.environ, "PYTHONPATH": str(ROOT)}, stderr=subprocess.DEVNULL)
 
 
-def lines(log: Path, settled: bool = False) -> list[dict[str, Any]]:
-    return jsonl_records(log, settled)
-
-
 def test_stream_subscribers_killed_under_concurrent_publishers(chaos_dsn, tmp_path, report):
     log = tmp_path / "subscriber.jsonl"
     published: list[int] = []
@@ -70,23 +66,25 @@ def test_stream_subscribers_killed_under_concurrent_publishers(chaos_dsn, tmp_pa
     kills = 0
     try:
         for _ in range(6):
-            seen = sum("offset" in line for line in lines(log))
-            until(lambda seen=seen: sum("offset" in line for line in lines(log)) >= seen + 40, "the subscriber to read")
+            seen = sum("offset" in line for line in jsonl_records(log))
+            until(lambda seen=seen: sum("offset" in line for line in jsonl_records(log)) >= seen + 40,
+                  "the subscriber to read")
             subscriber.kill()
             subscriber.wait()
             kills += 1
             killed_at = time.time()
             subscriber = spawn_subscriber(chaos_dsn, log)
             pid = subscriber.pid
-            until(lambda pid=pid: any(line.get("run") == pid and "offset" in line for line in lines(log)),
+            until(lambda pid=pid: any(line.get("run") == pid and "offset" in line for line in jsonl_records(log)),
                   "the restarted subscriber's first event")
-            recoveries.append(round(min(line["at"] for line in lines(log)
+            recoveries.append(round(min(line["at"] for line in jsonl_records(log)
                                         if line.get("run") == pid and "offset" in line) - killed_at, 3))
         kills_over.set()
         for thread in publishers:
             thread.join(120)
         final = max(published)
-        until(lambda: any(line.get("offset") == final for line in lines(log)), "the subscriber to read the last event")
+        until(lambda: any(line.get("offset") == final for line in jsonl_records(log)),
+              "the subscriber to read the last event")
     finally:
         subscriber.kill()
         subscriber.wait()
@@ -95,7 +93,7 @@ def test_stream_subscribers_killed_under_concurrent_publishers(chaos_dsn, tmp_pa
 
     everything = sorted(published)
     runs: dict[float, list[dict[str, Any]]] = {}
-    for line in lines(log, settled=True):
+    for line in jsonl_records(log, settled=True):
         runs.setdefault(line["run"], []).append(line)
     seen_offsets: set[int] = set()
     for run in runs.values():
