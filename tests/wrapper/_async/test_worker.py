@@ -59,6 +59,11 @@ async def run_beside(worker: AsyncWorker, produce: Callable[[], None]) -> None:
     assert not failures, failures
 
 
+def advertised(db: psycopg.Connection, worker_id: str) -> bool:
+    """The worker has an idle advert in place (alk.wait_for_jobs)."""
+    return bool(one(db, "SELECT count(*) = 1 FROM alk.idle_workers WHERE worker_id = %s", worker_id))
+
+
 def worker_is_waiting(db: psycopg.Connection, since: Any) -> bool:
     """The worker's LISTEN session is up and its last claim-loop query (a
     next_claim_at computed after ``since``) is done: it is waiting."""
@@ -436,14 +441,11 @@ async def test_an_idle_worker_advertises_again_after_each_wake_up_and_misses_no_
     worker = AsyncWorker(alk, "q", handler, worker_id="bursty", poll_interval=3600, handle_signals=False)
     bursts, per_burst, enqueuers = 8, 12, 4
 
-    def advertised() -> bool:
-        return bool(one(db, "SELECT count(*) = 1 FROM alk.idle_workers WHERE worker_id = 'bursty'"))
-
     def produce() -> None:
         conns = [psycopg.connect(dsn, autocommit=True) for _ in range(enqueuers)]
         for burst in range(bursts):
             done = burst * per_burst
-            until(lambda done=done: len(handled) == done and advertised(), f"idle before burst {burst}")
+            until(lambda done=done: len(handled) == done and advertised(db, "bursty"), f"idle before burst {burst}")
             threads = [threading.Thread(target=lambda c=c: [c.execute("SELECT alk.enqueue('q', '1')")
                                                             for _ in range(per_burst // enqueuers)])
                        for c in conns]
@@ -474,21 +476,18 @@ async def test_a_steady_stream_is_claimed_on_the_busy_poll_not_notified_per_clai
     worker = AsyncWorker(alk, "q", handler, worker_id="streamed", poll_interval=3600, busy_poll=0.2,
                          handle_signals=False)
 
-    def advertised() -> bool:
-        return bool(one(db, "SELECT count(*) = 1 FROM alk.idle_workers WHERE worker_id = 'streamed'"))
-
     def received(listen: psycopg.Connection) -> int:
         return sum(1 for _ in listen.notifies(timeout=0.3))  # what arrived so far
 
     def produce() -> None:
         with psycopg.connect(dsn, autocommit=True) as listen, psycopg.connect(dsn, autocommit=True) as conn:
             listen.execute(f'LISTEN "{one(listen, "SELECT alk.queue_channel(%s)", "q")}"')
-            until(advertised, "the worker to advertise itself idle")
+            until(lambda: advertised(db, "streamed"), "the worker to advertise itself idle")
             for i in range(stream):
                 conn.execute("SELECT alk.enqueue('q', %s)", [str(i)])
                 time.sleep(0.002)  # the stream's pace (a job every 2 ms), not a synchronisation
             until(lambda: len(handled) == stream, "the stream handled")
-            until(advertised, "the worker to advertise again after the stream")
+            until(lambda: advertised(db, "streamed"), "the worker to advertise again after the stream")
             notified[0] = received(listen)
             conn.execute("SELECT alk.enqueue('q', %s)", [str(stream)])
             until(lambda: len(handled) == stream + 1, "the job after the stream handled")
