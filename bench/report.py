@@ -12,7 +12,14 @@ from bench.registry import GROUPS, RowResult
 
 TARGETS = [
     ("SQL path >= 90% of the floor at batch 1 and batch 100", "sql"),
-    ("end to end: each pyalk worker form >= 1.5x graphile-worker at equal concurrency, durable commits", "e2e"),
+    (
+        "end to end: the async worker at c=1 and c=10 and the threaded worker at c=1 >= 1.5x graphile-worker "
+        "at equal concurrency, durable commits",
+        "e2e",
+    ),
+    ("durable enqueue with pyalk's wake-ups >= 0.9 of no NOTIFY, 8 and 16 clients, with and without an idle "
+     "worker", "durable"),
+    ("claim with 10^5 higher-priority future rows within 1.2x of none (p50; PostgreSQL 18 and 15)", "future"),
     ("wake latency p50 <= 1 ms, p99 <= 3 ms", "wake"),
     ("worker RSS after 10^6 jobs within 1.2x of after 10^4", "memory"),
     ("claim latency at 10^6 pending within 2x of 10^3", "backlog"),
@@ -20,6 +27,10 @@ TARGETS = [
     ("dashboard overview: one page load's queries < 100 ms at 10^6 jobs", "overview"),
     ("workers with the dashboard refreshing every second within 5% of alone", "interference"),
 ]
+
+
+#: (system, concurrency) of the end-to-end forms the target names.
+E2E_TARGET_FORMS = {("pyalk (async)", 1), ("pyalk (async)", 10), ("pyalk (threaded)", 1)}
 
 
 def _by_key(results: list[RowResult]) -> dict[str, RowResult]:
@@ -84,20 +95,50 @@ def _e2e_limits(rows: dict[str, RowResult]) -> str:
             )
     return (
         "; ".join(bits)
-        + ". Both sides claim ahead (pyalk up to 1000 jobs, graphile-worker 500) and settle in batches. Per "
-        "no-op job, measured outside this run: 20-25 us of the worker's Python (row decoding, dispatch, the "
-        "settlement batcher) and 18-25 us of server CPU (the batched claim about 13, the all-ack settle about 5), "
-        "on the same 2 cores; and a refill's round trip, its durable commit included, outlasts the runners' "
-        "use of the half buffer left, so runners wait for each refill: a claim of 500 takes 9-10 ms durable "
-        "(5.5 ms with synchronous_commit off), about 15-20 ms inside the worker beside the settles. A refill of "
-        "a buffer that still feeds the runners carries no outcomes (the batcher settles them beside it): +10.6% "
-        "median at async c=1 in 10 interleaved pairs, within noise for the other forms. Inside a run "
-        "(track_functions, async c=1, 20,000 jobs): alk._claim 10.5 ms per claim of about 500 (21 us a job, "
-        "against 15 alone), alk._settle 3.2 ms per flush of about 320 (10 us a job), and the runner waits about "
-        "10 ms on an empty buffer per refill. Splitting each refill into two claims in flight on two connections "
-        "left the round trips as they were and ran 0.955x (median of 8 interleaved pairs, 3 faster): the two "
-        "cores, not one connection's latency, bound it."
+        + ". Both sides claim ahead (pyalk up to 1000 jobs, graphile-worker 500) and settle in batches, and "
+        "both keep the 2 cores about 70% busy (66-71%), so the ratio follows the CPU each spends per job. "
+        "Measured outside this run (c=10, 20,000 no-op jobs, durable commits, 4 interleaved pairs at "
+        "1.21-1.47x; worker process CPU from getrusage, server CPU from every backend's schedstat over the "
+        "processing phase): pyalk 33-42 us per job (Python 15.5-19.4, server 17.5-22.3), graphile-worker "
+        "45-59 us (Node 24-31, server 21-28), 0.69-0.85x pair by pair; 1.5x at equal utilization needs 0.67x "
+        "or less. The server half is the claim's UPDATE (a new row version and two index entries per job, "
+        "within 1.2x of the floor's UPDATE server-side) and the ack's DELETE. Tried this round and not kept: "
+        "uvloop as the event loop (8 interleaved pairs at c=10, 50,000 jobs: median 0.97x, 4 faster), and no "
+        "durable commit at all for the worker's claims and settles (synchronous_commit off, an upper bound: "
+        "+2-10%, 4 pairs), which would in any case let a crash undo an issued fencing token. Earlier rounds: "
+        "a refill of a buffer that still feeds the runners carries no outcomes (+10.6% median at async c=1 in "
+        "10 interleaved pairs); two claims in flight on two connections per refill ran 0.955x (8 pairs)."
     )
+
+
+def _durable_limits(rows: dict[str, RowResult]) -> str:
+    r = rows.get("sql.enqueue_durable")
+    if not r or r.status != "ok":
+        return ""
+    missed = [rec for rec in r.records if rec["ours/no-notify"] is not None and rec["ours/no-notify"] < 0.9]
+    synthetic = [rec for rec in missed if rec["idle worker"] == "yes"]
+    real = [rec for rec in missed if rec["idle worker"] != "yes"]
+    parts = []
+    if synthetic:
+        parts.append(
+            "With the synthetic idle worker (it advertises again after every notification and never claims) each "
+            "of its adverts costs one notifying commit, and every enqueue that meets an advert held by the "
+            "consuming enqueue must commit after it: waiting for that commit is the ordering that loses no "
+            "wake-up, and notifying instead queues behind the holder on the notify lock (docs/design.md, "
+            "Wake-ups); notifications per enqueue "
+            + ", ".join(f"{rec['clients']} clients {rec['ours notifies/enqueue']}" for rec in synthetic)
+            + ". A real worker advertises only when a claim comes back empty"
+        )
+    if real:
+        parts.append(
+            "beside a real AsyncWorker: "
+            + ", ".join(f"{rec['clients']} clients {rec['ours/no-notify']}" for rec in real)
+            + ", with notifications per enqueue "
+            + ", ".join(str(rec["ours notifies/enqueue"]) for rec in real)
+            + ": the worker's CPU on the same 2 cores differs between the sides (it listens on ours, polls on the "
+            "no-notify side)"
+        )
+    return "; ".join(parts) + "." if parts else ""
 
 
 def _wake_limits(rows: dict[str, RowResult]) -> str:
@@ -199,10 +240,30 @@ def targets(results: list[RowResult]) -> list[dict[str, Any]]:
                         f"{rec['vs graphile-worker']:.2f}x graphile-worker"
                         for rec in ours
                     )
-                    met = all(rec["vs graphile-worker"] >= 1.5 for rec in ours)
+                    # The forms the target names (issue 11); the threaded worker
+                    # at c=10 is measured and shown, not part of it.
+                    named = [rec for rec in ours if (rec["system"], rec["concurrency"]) in E2E_TARGET_FORMS]
+                    met = bool(named) and all(rec["vs graphile-worker"] >= 1.5 for rec in named)
                 else:
                     measured = "pending: pyalk's worker or graphile-worker did not run"
             limits = _e2e_limits(rows)
+        elif kind == "durable":
+            r = rows.get("sql.enqueue_durable")
+            if r and r.status == "ok" and r.records:
+                measured = "ours/no-notify: " + ", ".join(
+                    f"{rec['clients']} clients, idle worker {rec['idle worker']}: {rec['ours/no-notify']}"
+                    for rec in r.records
+                )
+                met = all(rec["ours/no-notify"] is not None and rec["ours/no-notify"] >= 0.9 for rec in r.records)
+            limits = _durable_limits(rows)
+        elif kind == "future":
+            r = rows.get("latency.claim_vs_future")
+            if r and r.status == "ok":
+                p50s = [rec for rec in r.records if rec["metric"] == "claim p50" and rec.get("ratio") is not None]
+                if p50s:
+                    measured = "claim p50 with / without: " + ", ".join(f"{rec['server']} {rec['ratio']}x"
+                                                                          for rec in p50s)
+                    met = all(rec["ratio"] <= 1.2 for rec in p50s)
         elif kind == "wake":
             r = rows.get("latency.wake")
             if r and r.status == "ok" and r.records:

@@ -90,6 +90,14 @@ def test_issue11_rows_run(bench_ctx: Context) -> None:
     assert "received 0 notifications" not in " ".join(durable.notes)  # the idle worker was woken
     assert [rec["metric"] for rec in future.records] == ["claim p50", "claim p99", "claim+ack p50"]
     assert all(rec["ratio"] is not None for rec in future.records)
+    # Issue 11's targets for these rows are in the report's targets table, judged from this run's numbers.
+    found = report.targets([settle, durable, future])
+    durable_target = next(t for t in found if t["target"].startswith("durable enqueue"))
+    future_target = next(t for t in found if t["target"].startswith("claim with 10^5"))
+    assert durable_target["measured"].startswith("ours/no-notify: 2 clients, idle worker no: ")
+    assert durable_target["met"] is all(rec["ours/no-notify"] >= 0.9 for rec in durable.records)
+    assert future_target["measured"].startswith("claim p50 with / without: ")
+    assert future_target["met"] is (future.records[0]["ratio"] <= 1.2)
 
 
 def test_latency_and_hostile_rows_run(bench_ctx: Context) -> None:
@@ -155,3 +163,22 @@ def test_a_missing_mechanism_is_pending_not_an_error(bench_ctx: Context) -> None
     row = Row("latency.none", "latency", "t", "a", lambda ctx: RowResult("x", "x", "ok"), lambda ctx: "not yet")
     (result,) = run_rows(bench_ctx, [row])
     assert result.status == "pending" and result.notes == ["not yet"]
+
+
+def test_the_e2e_target_is_judged_on_the_forms_issue_11_names() -> None:
+    """Async at c=1 and c=10, threaded at c=1; the threaded worker at c=10 is shown, not judged."""
+
+    def e2e(ratios: dict[tuple[str, int], float]) -> RowResult:
+        records = [
+            {"system": system, "concurrency": c, "process jobs/s": 1000.0 * ratio, "vs graphile-worker": ratio}
+            for (system, c), ratio in ratios.items()
+        ]
+        return RowResult(key="e2e.process", title="e2e", status="ok", columns=[], records=records)
+
+    def judged(ratios: dict[tuple[str, int], float]) -> bool | None:
+        found = report.targets([e2e(ratios)])
+        return next(t for t in found if t["target"].startswith("end to end"))["met"]
+
+    named = {("pyalk (async)", 1): 1.6, ("pyalk (async)", 10): 1.5, ("pyalk (threaded)", 1): 1.7}
+    assert judged({**named, ("pyalk (threaded)", 10): 1.1}) is True
+    assert judged({**named, ("pyalk (async)", 10): 1.49, ("pyalk (threaded)", 10): 2.0}) is False
