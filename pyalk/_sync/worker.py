@@ -426,6 +426,7 @@ class Worker:
                 self._release_unstarted()
             wanted = self._wanted()
             timeout = self.poll_interval
+            polling = False  # this round's claim came back short while jobs keep arriving: wait out busy_poll
             if wanted > 0 and (claim_now or not self._drained or not self._buffer):
                 claim_now = False
                 # Cleared before the claim: a NOTIFY arriving from here on is not lost.
@@ -480,6 +481,7 @@ class Worker:
                     # Jobs keep arriving: claim again after busy_poll, with no
                     # advert, so their enqueues take no notify lock.
                     timeout = self.busy_poll
+                    polling = True
                 elif delay is not None and delay <= 0:
                     # Claimable now, yet the claim came back short: rows held
                     # by a concurrent claim or settle. Back off a little, not a lot.
@@ -504,10 +506,13 @@ class Worker:
                 if self._unstarted or (self._wanted() > 0 and (not self._drained or not self._buffer)):
                     continue
             timeout = min(timeout, self._until_head_expires())
-            if self._busy:
+            if polling:
                 # The whole interval: a runner asking for more as the buffer
                 # empties would make it a claim per job again. No fence to
                 # watch: the poll claims whatever committed without an advert.
+                # Only after a short claim: a round that claimed nothing (the
+                # buffer was full enough) waits for the runners' refill below,
+                # or the jobs behind them would wait for poll_interval.
                 fence = None
                 self._stopped.wait(timeout)
             elif fence:

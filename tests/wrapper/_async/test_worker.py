@@ -502,6 +502,41 @@ async def test_a_steady_stream_is_claimed_on_the_busy_poll_not_notified_per_clai
     assert notified[1] == 1, notified  # the idle worker woke on the NOTIFY
 
 
+async def test_a_busy_worker_whose_buffer_is_full_still_refills_when_its_runners_ask(alk, db, dsn):
+    """In busy-poll mode a poll that claims all it wanted leaves nothing to
+    claim until the runners ask for more: the claim loop then waits for them,
+    not for ``poll_interval`` (an hour here), so the job behind them runs as
+    soon as a runner is free. prefetch 0 and two runners: ``wanted`` is the
+    free runners, and the poll that finds B while A runs claims all it wanted."""
+    worker: AsyncWorker
+    handled: list[str] = []
+    running = AsyncEvent()
+    release = AsyncEvent()
+
+    async def handler(job: AsyncJobHandle) -> None:
+        running.set()
+        await release.wait(DEADLINE)
+        handled.append(job.payload)
+
+    worker = AsyncWorker(alk, "q", handler, worker_id="full-poll", concurrency=2, prefetch=0, poll_interval=3600,
+                         busy_poll=2.0, handle_signals=False)
+
+    def produce() -> None:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            until(lambda: advertised(db, "full-poll"), "the worker to advertise itself idle")
+            conn.execute("SELECT alk.enqueue('q', '\"A\"')")  # consumes the advert at once: busy mode
+            until(running.is_set, "A to start")
+            conn.execute("SELECT alk.enqueue('q', '\"B\"')")  # the next poll claims B: all it wanted (1)
+            conn.execute("SELECT alk.enqueue('q', '\"C\"')")
+            until(lambda: one(db, "SELECT count(*) FROM alk.jobs WHERE state = 'processing'") == 2,
+                  "the busy poll to claim B beside A")
+            release.set()
+            until(lambda: len(handled) == 3, "C handled once A and B are done")
+
+    await run_beside(worker, produce)
+    assert sorted(handled) == ["A", "B", "C"]
+
+
 async def test_a_worker_sleeps_until_next_claim_at_not_a_full_poll(alk, db):
     worker: AsyncWorker
     handled: list[Any] = []
