@@ -76,8 +76,8 @@ def _sql_limits(rows: dict[str, RowResult]) -> str:
         + "; ".join(parts)
         + ". The floor has none of the plpgsql layers: name checks, alk.now(), the pick-then-update claim with "
         "its lapsed-lease probe, the fencing predicate on acks, the NOTIFY on enqueue. And its table is narrower: "
-        "measured outside this run, in one plpgsql loop, an INSERT into alk.jobs (20 columns) costs 25-33 us "
-        "against 7.8 us into the floor's 6-column table, and still 16.8 us into a copy of alk.jobs with no "
+        "measured outside this run, in one plpgsql loop, an INSERT into alk.jobs (21 columns) costs 25-33 us "
+        "against 7.8 us into the floor's 9-column table, and still 16.8 us into a copy of alk.jobs with no "
         "index and no identity; the nested functions' SET search_path costs about 1.7 us a call."
     )
 
