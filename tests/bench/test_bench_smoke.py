@@ -182,3 +182,23 @@ def test_the_e2e_target_is_judged_on_the_forms_issue_11_names() -> None:
     named = {("pyalk (async)", 1): 1.6, ("pyalk (async)", 10): 1.5, ("pyalk (threaded)", 1): 1.7}
     assert judged({**named, ("pyalk (threaded)", 10): 1.1}) is True
     assert judged({**named, ("pyalk (async)", 10): 1.49, ("pyalk (threaded)", 10): 2.0}) is False
+
+
+def test_the_durable_target_explains_each_missed_mode_by_its_own_cause() -> None:
+    """A missed row with no idle worker is not explained as the real worker's CPU, nor the reverse."""
+
+    def durable(ratios: dict[tuple[int, str], float]) -> RowResult:
+        records = [
+            {"clients": c, "idle worker": idle, "ours/no-notify": ratio, "ours notifies/enqueue": 0.01}
+            for (c, idle), ratio in ratios.items()
+        ]
+        return RowResult(key="sql.enqueue_durable", title="durable", status="ok", columns=[], records=records)
+
+    def limits(ratios: dict[tuple[int, str], float]) -> str:
+        found = report.targets([durable(ratios)])
+        return str(next(t for t in found if t["target"].startswith("durable enqueue"))["what limits us"])
+
+    only_no = limits({(8, "no"): 0.85, (8, "AsyncWorker"): 1.0})
+    assert "With no idle worker (8 clients 0.85)" in only_no and "AsyncWorker" not in only_no
+    only_real = limits({(8, "no"): 1.0, (16, "AsyncWorker"): 0.8})
+    assert "beside a real AsyncWorker (16 clients 0.8;" in only_real and "no idle worker" not in only_real
