@@ -9,15 +9,15 @@ from __future__ import annotations
 
 from alembic import context
 
-from pyalk.extension import refuse_extension_behind
-from pyalk.install import BOOTSTRAP, VERSION_TABLE
-from pyalk.migrate import run_script
+from pyalk.schema.extension import refuse_extension_behind
+from pyalk.schema.install import BOOTSTRAP, VERSION_TABLE
+from pyalk.schema.migrate import run_script
 
 
 def run_migrations_online() -> None:
     connection = context.config.attributes.get("connection")
     if connection is None:
-        raise RuntimeError("pyalk's Alembic environment needs a connection: use pyalk.migrate.upgrade")
+        raise RuntimeError("pyalk's Alembic environment needs a connection: use pyalk.schema.migrate.upgrade")
     context.configure(
         connection=connection,
         version_table=VERSION_TABLE,

@@ -42,14 +42,10 @@ from pyalk.errors import (
     NotPermitted,
     SchemaMismatch,
 )
-from pyalk.job import Job
-from pyalk.lock_value import LockInfo
-from pyalk.options import QueueOpts
-from pyalk.schedule_value import Fired, Schedule
 from pyalk.stop_token import AsyncStopToken, StopToken
-from pyalk.stream_event import StreamEvent
 from pyalk.tasks import Task, TaskError, Tasks
-from pyalk.worker_types import PermanentError, QueueStats, WorkerCounts
+from pyalk.values import Fired, Job, LockInfo, QueueOpts, QueueStats, Schedule, StreamEvent
+from pyalk.worker_types import PermanentError, WorkerCounts
 
 __all__ = [
     "Alk",

@@ -48,15 +48,14 @@ from pyalk import (
     WorkerCounts,
     demo,
     embedded,
-    extension,
     log,
-    migrate,
 )
 from pyalk.cli_dashboard import add_commands, add_worker_option, worker_observer
 from pyalk.cli_schedule import Shared, add_schedule_commands
 from pyalk.errors import AlkError, server_busy
-from pyalk.install import install_script, versions
-from pyalk.router import router_install
+from pyalk.schema import extension, migrate
+from pyalk.schema.install import install_script, versions
+from pyalk.schema.router import router_install
 from pyalk.tasks import Task as TaskDefinition
 from pyalk.tasks import Tasks
 
@@ -163,7 +162,7 @@ def cmd_extension(args: argparse.Namespace, console: Console) -> None:
 
 
 def _known_version(after: str | None) -> str | None:
-    """``--after`` must name a version of the chain (pyalk.install.versions())."""
+    """``--after`` must name a version of the chain (pyalk.schema.install.versions())."""
     known = [version.number for version in versions()]
     if after is not None and after not in known:
         raise UsageError(f"--after {after!r} is not a pyalk version: known versions are {', '.join(known)}"

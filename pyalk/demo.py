@@ -13,7 +13,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
-from pyalk import Alk, QueueOpts, migrate
+from pyalk import Alk, QueueOpts
+from pyalk.schema import migrate
 
 
 @dataclass

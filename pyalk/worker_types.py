@@ -3,8 +3,7 @@ observability rows (``alk.queue_stats``)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
-from typing import Any
+from dataclasses import dataclass
 
 import psycopg
 
@@ -25,30 +24,6 @@ TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
 )
 
 
-@dataclass(frozen=True, slots=True)
-class QueueStats:
-    """One row of ``alk.queue_stats`` (see docs/worker.md)."""
-
-    queue: str
-    pending: int
-    ready: int
-    scheduled: int
-    processing: int
-    lapsed: int
-    dead: int
-    oldest_ready_age_s: int | None
-    next_run_at: int | None
-    paused: bool
-    #: Some count is the planner's estimate: those above the exact_limit asked for.
-    estimated: bool
-
-
-#: The select list that reads an ``alk.queue_stat`` in :class:`QueueStats` order.
-QUEUE_STATS_COLUMNS = ", ".join(field.name for field in fields(QueueStats))
-
-
-def queue_stats_from_row(row: tuple[Any, ...]) -> QueueStats:
-    return QueueStats(*row)
 
 
 @dataclass(slots=True)

@@ -23,7 +23,7 @@ import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from pytest_postgresql.janitor import DatabaseJanitor
 
-from pyalk import migrate
+from pyalk.schema import migrate
 
 
 @dataclass(frozen=True)

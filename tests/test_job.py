@@ -7,7 +7,7 @@ from dataclasses import FrozenInstanceError, fields
 
 import pytest
 
-from pyalk.job import Job, job_from_row
+from pyalk.values import Job, job_from_row
 
 
 def test_job_from_row_sets_every_field_in_order():

@@ -14,9 +14,9 @@ import pytest
 import sqlglot
 from sqlglot.tokens import TokenType
 
-from pyalk.docgen import render
 from pyalk.errors import BY_SQLSTATE
-from pyalk.install import current_files
+from pyalk.schema.docgen import render
+from pyalk.schema.install import current_files
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -250,4 +250,4 @@ def test_sql_reference_is_current(pg_server, template_db):
     if pg_server.version // 10000 != 18:
         pytest.skip("docs/sql-reference.md is rendered on PostgreSQL 18; other versions format defaults differently")
     rendered = render(pg_server.dsn_for(template_db))
-    assert (ROOT / "docs/sql-reference.md").read_text() == rendered, "run python -m pyalk.docgen --dsn ..."
+    assert (ROOT / "docs/sql-reference.md").read_text() == rendered, "run python -m pyalk.schema.docgen --dsn ..."

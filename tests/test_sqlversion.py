@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-import pyalk.install
+import pyalk.schema.install
 
 ROOT = Path(__file__).resolve().parent.parent
 _spec = importlib.util.spec_from_file_location("sqlversion", ROOT / "tools" / "sqlversion.py")
@@ -21,7 +21,7 @@ _spec.loader.exec_module(sqlversion)
 
 def test_every_current_function_parses_into_one_create_and_comment_block():
     blocks = sqlversion.current_blocks()
-    creates = sum(path.read_text().count("\nCREATE FUNCTION alk.") for path in pyalk.install.current_files())
+    creates = sum(path.read_text().count("\nCREATE FUNCTION alk.") for path in pyalk.schema.install.current_files())
     assert len(blocks) == creates
     claim = blocks["alk.claim(text,text,bigint)"]
     assert claim.create.startswith("CREATE FUNCTION alk.claim(") and claim.create.endswith("$$;")
@@ -44,7 +44,7 @@ def test_every_installed_function_has_a_block_under_its_catalog_signature(db):
 def test_diff_finds_an_edited_comment_and_prints_its_replacement(pg_server, tmp_path, monkeypatch):
     assert sqlversion.diff(pg_server.dsn).empty()
     copies = []
-    for path in pyalk.install.current_files():
+    for path in pyalk.schema.install.current_files():
         copies.append(tmp_path / path.name)
         shutil.copy(path, copies[-1])
     lock = tmp_path / "lock.sql"
@@ -52,7 +52,7 @@ def test_diff_finds_an_edited_comment_and_prints_its_replacement(pg_server, tmp_
     lock.write_text(text)
     lock.write_text(lock.read_text().replace("COMMENT ON FUNCTION alk.get_lock(text) IS\n'",
                                              "COMMENT ON FUNCTION alk.get_lock(text) IS\n'Edited. "))
-    monkeypatch.setattr(pyalk.install, "current_files", lambda: copies)
+    monkeypatch.setattr(pyalk.schema.install, "current_files", lambda: copies)
     monkeypatch.setattr(sqlversion, "current_files", lambda: copies)
     found = sqlversion.diff(pg_server.dsn)
     assert [block.key for block in found.functions] == ["alk.get_lock(text)"]

@@ -28,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from pyalk.install import current_files, current_script, head, install_script, versions  # noqa: E402
+from pyalk.schema.install import current_files, current_script, head, install_script, versions  # noqa: E402
 
 VERSIONS = ROOT / "sql" / "versions"
 MANIFEST = VERSIONS / "MANIFEST"
@@ -162,7 +162,7 @@ def render_diff(found: Diff) -> str:
 
 ALEMBIC = '''"""pyalk {number}: apply sql/versions/{number}_{name}.sql."""
 
-from pyalk.migrate import apply_version
+from pyalk.schema.migrate import apply_version
 
 revision = "{number}"
 down_revision = "{previous}"

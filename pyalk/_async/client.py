@@ -25,10 +25,8 @@ if TYPE_CHECKING:
     from psycopg import AsyncConnection
 
     from pyalk._async.worker import Handler
-    from pyalk.options import QueueOpts
-    from pyalk.schedule_value import Fired, Schedule
     from pyalk.stop_token import AsyncStopToken
-    from pyalk.worker_types import QueueStats
+    from pyalk.values import Fired, QueueOpts, QueueStats, Schedule
 
 
 class AsyncAlk:

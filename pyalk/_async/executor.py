@@ -24,10 +24,11 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.pq import TransactionStatus
 from psycopg_pool import AsyncConnectionPool
 
-from pyalk import _jsonb, compat
+from pyalk import _jsonb
 from pyalk._async.pool import AsyncReconnectingPool
 from pyalk.backoff import Backoff
 from pyalk.errors import ClaimInTransaction, ConnectError, InvalidArgument, server_busy, translate
+from pyalk.schema import compat
 
 if TYPE_CHECKING:
     from typing import LiteralString
@@ -116,7 +117,7 @@ class AsyncExecutor:
         self._owns_pool = False
         self._pool_opened = False
         self._open_lock = asyncio.Lock()
-        #: Set once the installed schema passed :func:`pyalk.compat.check`.
+        #: Set once the installed schema passed :func:`pyalk.schema.compat.check`.
         self._schema_checked = False
         if isinstance(source, str):
             # Checked at checkout and quick to reconnect: see pool.py.

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pyalk._async.queue import AsyncJobHandle
-from pyalk.job import Job
+from pyalk.values import Job
 from pyalk.worker_runtime import AsyncEvent
 from pyalk.worker_types import TRANSIENT_ERRORS, one_line
 

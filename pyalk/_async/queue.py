@@ -14,9 +14,15 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from pyalk import _codec
-from pyalk.job import JOB_COLUMNS, Job, job_from_row
-from pyalk.options import QueueOpts
-from pyalk.worker_types import QUEUE_STATS_COLUMNS, QueueStats, queue_stats_from_row
+from pyalk.values import (
+    JOB_COLUMNS,
+    QUEUE_STATS_COLUMNS,
+    Job,
+    QueueOpts,
+    QueueStats,
+    job_from_row,
+    queue_stats_from_row,
+)
 
 if TYPE_CHECKING:
     from psycopg import AsyncConnection

@@ -35,7 +35,7 @@ import psycopg
 from pyalk import _codec
 from pyalk._async.lock import AsyncLock, default_owner
 from pyalk.errors import InvalidArgument, LeadershipLost
-from pyalk.schedule_value import SCHEDULE_COLUMNS, Fired, Schedule, fired_from_row, schedule_from_row
+from pyalk.values import SCHEDULE_COLUMNS, Fired, Schedule, fired_from_row, schedule_from_row
 
 if TYPE_CHECKING:
     from psycopg import AsyncConnection

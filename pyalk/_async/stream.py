@@ -23,7 +23,7 @@ from pyalk._async.executor import raise_translated
 from pyalk._async.listener import AsyncListener
 from pyalk.backoff import Backoff
 from pyalk.errors import InvalidArgument
-from pyalk.stream_event import STREAM_EVENT_COLUMNS, StreamEvent, stream_event_from_row
+from pyalk.values import STREAM_EVENT_COLUMNS, StreamEvent, stream_event_from_row
 
 if TYPE_CHECKING:
     from pyalk._async.executor import AsyncExecutor
@@ -68,7 +68,7 @@ class AsyncStream:
         return int(await self.executor.value(_PUBLISH, params, conn=conn, transactional=True))
 
     async def publish_with_key(self, key: str | None, payload: Any, *, conn: AsyncConnection | None = None) -> int:
-        """:meth:`publish` with the key first (CONTRACT §2's spelling)."""
+        """:meth:`publish` with the key first (the contract's spelling, docs/contract.md#streams)."""
         return await self.publish(payload, key=key, conn=conn)
 
     async def publish_batch(

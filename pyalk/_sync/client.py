@@ -26,10 +26,8 @@ if TYPE_CHECKING:
     from psycopg import Connection
 
     from pyalk._sync.worker import Handler
-    from pyalk.options import QueueOpts
-    from pyalk.schedule_value import Fired, Schedule
     from pyalk.stop_token import StopToken
-    from pyalk.worker_types import QueueStats
+    from pyalk.values import Fired, QueueOpts, QueueStats, Schedule
 
 
 class Alk:

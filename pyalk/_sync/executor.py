@@ -26,10 +26,11 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.pq import TransactionStatus
 from psycopg_pool import ConnectionPool
 
-from pyalk import _jsonb, compat
+from pyalk import _jsonb
 from pyalk._sync.pool import ReconnectingPool
 from pyalk.backoff import Backoff
 from pyalk.errors import ClaimInTransaction, ConnectError, InvalidArgument, server_busy, translate
+from pyalk.schema import compat
 
 if TYPE_CHECKING:
     from typing import LiteralString
@@ -118,7 +119,7 @@ class Executor:
         self._owns_pool = False
         self._pool_opened = False
         self._open_lock = threading.Lock()
-        #: Set once the installed schema passed :func:`pyalk.compat.check`.
+        #: Set once the installed schema passed :func:`pyalk.schema.compat.check`.
         self._schema_checked = False
         if isinstance(source, str):
             # Checked at checkout and quick to reconnect: see pool.py.

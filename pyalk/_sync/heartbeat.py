@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pyalk._sync.queue import JobHandle
-from pyalk.job import Job
+from pyalk.values import Job
 from pyalk.worker_runtime import Event
 from pyalk.worker_types import TRANSIENT_ERRORS, one_line
 

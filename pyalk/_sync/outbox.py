@@ -16,8 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from pyalk import _codec
 from pyalk._sync.queue import ENQUEUE_OPTIONS, JobHandle, enqueue_params
-from pyalk.job import JOB_COLUMNS, Job, job_from_row
-from pyalk.options import QueueOpts
+from pyalk.values import JOB_COLUMNS, Job, QueueOpts, job_from_row
 
 if TYPE_CHECKING:
     from psycopg import Connection

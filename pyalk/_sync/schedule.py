@@ -36,7 +36,7 @@ import psycopg
 from pyalk import _codec
 from pyalk._sync.lock import Lock, default_owner
 from pyalk.errors import InvalidArgument, LeadershipLost
-from pyalk.schedule_value import SCHEDULE_COLUMNS, Fired, Schedule, fired_from_row, schedule_from_row
+from pyalk.values import SCHEDULE_COLUMNS, Fired, Schedule, fired_from_row, schedule_from_row
 
 if TYPE_CHECKING:
     from psycopg import Connection

@@ -24,7 +24,7 @@ from pyalk._sync.executor import raise_translated
 from pyalk._sync.listener import Listener
 from pyalk.backoff import Backoff
 from pyalk.errors import InvalidArgument
-from pyalk.stream_event import STREAM_EVENT_COLUMNS, StreamEvent, stream_event_from_row
+from pyalk.values import STREAM_EVENT_COLUMNS, StreamEvent, stream_event_from_row
 
 if TYPE_CHECKING:
     from pyalk._sync.executor import Executor
@@ -69,7 +69,7 @@ class Stream:
         return int(self.executor.value(_PUBLISH, params, conn=conn, transactional=True))
 
     def publish_with_key(self, key: str | None, payload: Any, *, conn: Connection | None = None) -> int:
-        """:meth:`publish` with the key first (CONTRACT §2's spelling)."""
+        """:meth:`publish` with the key first (the contract's spelling, docs/contract.md#streams)."""
         return self.publish(payload, key=key, conn=conn)
 
     def publish_batch(

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from pyalk import migrate
+from pyalk.schema import migrate
 from tests.chaos.harness import WorkerProcess
 from tests.chaos.servers import PgServer
 

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from pyalk import Alk, QueueOpts, migrate
+from pyalk import Alk, QueueOpts
+from pyalk.schema import migrate
 from tests.chaos.harness import check, first_start_after, live_jobs, read_ledger
 from tests.chaos.servers import PgServer, replica_of, until
 

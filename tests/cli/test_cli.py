@@ -18,7 +18,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from pyalk.install import head
+from pyalk.schema.install import head
 from tests.cli import handlers
 from tests.cli.cli_run import logging_restored, one_error_line, run
 

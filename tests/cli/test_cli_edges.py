@@ -16,7 +16,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from pyalk.install import versions
+from pyalk.schema.install import versions
 from tests.cli.test_cli import ROOT, no_ambient_database, one_error_line, run
 from tests.test_docs_examples import psql_binary
 

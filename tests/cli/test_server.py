@@ -14,7 +14,7 @@ import psycopg
 import pytest
 
 from pyalk import embedded
-from pyalk.install import head
+from pyalk.schema.install import head
 from tests.cli.test_cli import no_ambient_database, run
 
 __all__ = ["no_ambient_database"]

@@ -23,7 +23,8 @@ import pytest
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
-from pyalk import Alk, JobHandle, QueueOpts, Worker, migrate
+from pyalk import Alk, JobHandle, QueueOpts, Worker
+from pyalk.schema import migrate
 from tests.helpers import until
 
 pytestmark = pytest.mark.slow

@@ -18,7 +18,7 @@ from psycopg.conninfo import make_conninfo
 
 from bench.pg15 import Pg15
 from bench.pg15 import missing as pg15_missing
-from pyalk import extension
+from pyalk.schema import extension
 
 
 @dataclass

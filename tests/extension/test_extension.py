@@ -15,8 +15,9 @@ import pytest
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
-from pyalk import cli, extension, migrate
-from pyalk.install import head, install_script, versions
+from pyalk import cli
+from pyalk.schema import extension, migrate
+from pyalk.schema.install import head, install_script, versions
 from tests.extension.conftest import ExtServer
 from tests.migrations.catalog import snapshot
 

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from pyalk import cli, extension
-from pyalk.install import BOOTSTRAP, current_files, head, versions
+from pyalk import cli
+from pyalk.schema import extension
+from pyalk.schema.install import BOOTSTRAP, current_files, head, versions
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -16,7 +16,7 @@ import pytest
 from psycopg.conninfo import conninfo_to_dict
 from sqlalchemy.engine import URL
 
-from pyalk.install import head
+from pyalk.schema.install import head
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "migrations.md"
 

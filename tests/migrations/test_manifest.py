@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import hashlib
 
-from pyalk._resources import sql_dir
-from pyalk.install import versions
+from pyalk.schema.install import versions
+from pyalk.schema.resources import sql_dir
 
 IMMUTABLE = "a landed version is immutable: write a new version file (docs/migrations.md, 'How to change a rule')"
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from pyalk import migrate
-from pyalk.install import current_script, head, install_script, versions
+from pyalk.schema import migrate
+from pyalk.schema.install import current_script, head, install_script, versions
 from tests.migrations.catalog import snapshot
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -9,7 +9,7 @@ import secrets
 import psycopg
 from psycopg import sql
 
-from pyalk import migrate
+from pyalk.schema import migrate
 
 
 def test_the_upgrade_keeps_the_grants_on_queue_stats(empty_db):

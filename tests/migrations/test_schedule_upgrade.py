@@ -10,8 +10,8 @@ import secrets
 import psycopg
 from psycopg import sql
 
-from pyalk import migrate
-from pyalk.install import versions
+from pyalk.schema import migrate
+from pyalk.schema.install import versions
 
 
 def test_the_upgrade_keeps_schedules_and_the_readers_grants(empty_db):

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from pyalk import migrate
-from pyalk.install import current_files, head, versions
+from pyalk.schema import migrate
+from pyalk.schema.install import current_files, head, versions
 from tests.migrations.catalog import snapshot
 
 ROOT = Path(__file__).resolve().parents[2]

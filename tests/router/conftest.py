@@ -12,7 +12,7 @@ import psycopg
 import pytest
 
 from bench.pg15 import Pg15, missing
-from pyalk import migrate, router
+from pyalk.schema import migrate, router
 
 
 @dataclass(frozen=True)

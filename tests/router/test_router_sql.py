@@ -11,7 +11,7 @@ import json
 import psycopg
 import pytest
 
-from pyalk import router
+from pyalk.schema import router
 from tests.helpers import one, raises_lk, until
 from tests.router.conftest import Target
 

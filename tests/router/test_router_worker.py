@@ -14,7 +14,7 @@ import pytest
 
 from pyalk import Alk, Job, Worker
 from pyalk.cli import main
-from pyalk.router import router_install
+from pyalk.schema.router import router_install
 from tests.router.conftest import Target
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from pyalk import compat
 from pyalk.errors import SchemaMismatch
-from pyalk.install import head
+from pyalk.schema import compat
+from pyalk.schema.install import head
 
 
 def test_schema_info_reports_the_installed_head_and_its_breaking_marker(db):

@@ -1,6 +1,6 @@
 """The schema compatibility check: before its first statement a client asks
 ``alk.schema_info()`` once, and refuses a schema it cannot run on with one
-line (pyalk.compat has the rule)."""
+line (pyalk.schema.compat has the rule)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 from psycopg_pool import AsyncConnectionPool
 
 from pyalk import AsyncAlk, SchemaMismatch
-from pyalk.install import head
+from pyalk.schema.install import head
 from tests.conftest import Server, _janitor
 
 NEEDS = head()

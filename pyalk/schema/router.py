@@ -4,7 +4,7 @@
 Every public ``alk.*`` function of a partition (a database with pyalk
 installed) gets a router function with the same name, arguments, defaults and
 result that runs it on one partition, chosen by the hash of its queue, stream,
-lock, schedule or outbox name (CONTRACT §8: the name comes first), or on all
+lock, schedule or outbox name (docs/contract.md#room-to-scale-out: the name comes first), or on all
 partitions for the cross-partition reads. Nothing here is written per
 function but the few routing decisions in :data:`ROUTES`; a function the
 rules cannot place stops the generation, so a new SQL function forces a
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import psycopg
 
-#: The arguments that name the thing a call works on, in the order CONTRACT §8 puts them first.
+#: The arguments that name the thing a call works on, in the order docs/contract.md#room-to-scale-out puts them first.
 ROUTING_ARGUMENTS = ("queue", "stream", "name", "outbox")
 
 #: Functions whose routing the argument names do not decide.
@@ -98,7 +98,7 @@ class Function:
             return "job:queue"
         raise RouterError(
             f"no routing rule for alk.{self.name}({self.identity}): its first argument is not one of "
-            f"{', '.join(ROUTING_ARGUMENTS)}; add it to pyalk.router.ROUTES"
+            f"{', '.join(ROUTING_ARGUMENTS)}; add it to pyalk.schema.router.ROUTES"
         )
 
 
@@ -353,7 +353,7 @@ def _function(function: Function) -> str:
                 f"        RETURN QUERY SELECT * FROM alk._one_{function.name}({function.call_arguments});\n"
                 "    END IF;")
     else:
-        raise RouterError(f"alk.{function.name}: unknown route {route!r} in pyalk.router.ROUTES")
+        raise RouterError(f"alk.{function.name}: unknown route {route!r} in pyalk.schema.router.ROUTES")
     if not function.returns_set:
         raise RouterError(f"alk.{function.name}: route {route!r} needs a set-returning function")
     parts.append(f"CREATE FUNCTION {signature}\nRETURNS {function.result} LANGUAGE plpgsql\n"

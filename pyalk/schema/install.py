@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from pyalk._resources import sql_dir
+from pyalk.schema.resources import sql_dir
 
 _VERSION_FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-_PACKAGE = Path(__file__).resolve().parent
+# pyalk/schema/resources.py -> the package root (pyalk/)
+_PACKAGE = Path(__file__).resolve().parent.parent
 
 
 def _find(name: str) -> Path:

@@ -9,7 +9,7 @@ schema is fine unless it broke clients of this head's age.
 from __future__ import annotations
 
 from pyalk.errors import SchemaMismatch
-from pyalk.install import head
+from pyalk.schema.install import head
 
 #: The read every client makes once per connection source.
 SCHEMA_INFO = "SELECT version, breaking_since FROM alk.schema_info()"
