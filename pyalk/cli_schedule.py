@@ -28,7 +28,7 @@ from rich.table import Table
 from rich.text import Text
 
 from pyalk import Alk, AsyncAlk, AsyncJobHandle, AsyncStopToken, JobHandle, StopToken, log
-from pyalk._async.schedule import TRANSIENT_ERRORS
+from pyalk.errors import TRANSIENT_ERRORS
 
 logger = logging.getLogger("pyalk.relay")
 

@@ -9,6 +9,16 @@ from __future__ import annotations
 
 import psycopg
 
+#: Errors after which a loop (a worker, the scheduler, the outbox relay)
+#: reconnects and tries again rather than giving up: the server went away
+#: (restart, ``pg_terminate_backend``, network), a pool could not hand out a
+#: connection in time, or a statement lost a serialization race.
+TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
+    psycopg.OperationalError,
+    psycopg.InterfaceError,
+    psycopg.errors.TransactionRollback,
+)
+
 
 class AlkError(Exception):
     """Base class of every error pyalk raises on purpose."""

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import psycopg
-
 
 class PermanentError(Exception):
     """Raise it from a handler to fail the job for good (dead at once, no
@@ -14,14 +12,6 @@ class PermanentError(Exception):
     exception types to widen it."""
 
 
-#: Errors after which a worker reconnects and tries again: the server went
-#: away (restart, ``pg_terminate_backend``, network), a pool could not hand out
-#: a connection in time, or a statement lost a serialization race.
-TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
-    psycopg.OperationalError,
-    psycopg.InterfaceError,
-    psycopg.errors.TransactionRollback,
-)
 
 
 

@@ -17,8 +17,9 @@ from typing import Any
 from psycopg import AsyncConnection, sql
 
 from pyalk.backoff import Backoff
+from pyalk.errors import TRANSIENT_ERRORS
 from pyalk.worker_runtime import AsyncEvent, AsyncRuntime
-from pyalk.worker_types import TRANSIENT_ERRORS, one_line
+from pyalk.worker_types import one_line
 
 
 class AsyncListener:

@@ -62,10 +62,11 @@ from pyalk._async.listener import AsyncListener
 from pyalk._async.queue import AsyncJobHandle, AsyncQueue
 from pyalk._async.settlement import AsyncSettlementBatcher, Outcome, Settled
 from pyalk.backoff import Backoff
+from pyalk.errors import TRANSIENT_ERRORS
 from pyalk.values import Job
 from pyalk.worker_runtime import AsyncEvent, AsyncPool, AsyncRuntime, AsyncSignals, AsyncTask
 from pyalk.worker_state import ABANDONED, ACTIVE, STOPPING, IllegalTransition, Lifecycle, WorkerState
-from pyalk.worker_types import TRANSIENT_ERRORS, PermanentError, WorkerCounts, error_text, one_line
+from pyalk.worker_types import PermanentError, WorkerCounts, error_text, one_line
 
 if TYPE_CHECKING:
     from pyalk._async.client import AsyncAlk

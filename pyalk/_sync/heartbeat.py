@@ -12,9 +12,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from pyalk._sync.queue import JobHandle
+from pyalk.errors import TRANSIENT_ERRORS
 from pyalk.values import Job
 from pyalk.worker_runtime import Event
-from pyalk.worker_types import TRANSIENT_ERRORS, one_line
+from pyalk.worker_types import one_line
 
 
 @dataclass(slots=True, eq=False)

@@ -18,8 +18,9 @@ from typing import Any
 from psycopg import Connection, sql
 
 from pyalk.backoff import Backoff
+from pyalk.errors import TRANSIENT_ERRORS
 from pyalk.worker_runtime import Event, Runtime
-from pyalk.worker_types import TRANSIENT_ERRORS, one_line
+from pyalk.worker_types import one_line
 
 
 class Listener:

@@ -31,11 +31,9 @@ import time
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-import psycopg
-
 from pyalk import _codec
 from pyalk._sync.lock import Lock, default_owner
-from pyalk.errors import InvalidArgument, LeadershipLost
+from pyalk.errors import TRANSIENT_ERRORS, InvalidArgument, LeadershipLost
 from pyalk.values import SCHEDULE_COLUMNS, Fired, Schedule, fired_from_row, schedule_from_row
 
 if TYPE_CHECKING:
@@ -73,13 +71,6 @@ _LEASE = (
     " FROM alk.get_lock(%(name)s) l"
 )
 
-#: Errors after which the loop tries again rather than giving up: the
-#: connection or the server went away, or a concurrent transaction won.
-TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
-    psycopg.OperationalError,
-    psycopg.InterfaceError,
-    psycopg.errors.TransactionRollback,
-)
 
 # A boundary still due right after a tick is held by a concurrent tick (FOR
 # UPDATE SKIP LOCKED); look again after this pause rather than spin.

@@ -63,10 +63,11 @@ from pyalk._sync.listener import Listener
 from pyalk._sync.queue import JobHandle, Queue
 from pyalk._sync.settlement import SettlementBatcher, Outcome, Settled
 from pyalk.backoff import Backoff
+from pyalk.errors import TRANSIENT_ERRORS
 from pyalk.values import Job
 from pyalk.worker_runtime import Event, Pool, Runtime, Signals, Task
 from pyalk.worker_state import ABANDONED, ACTIVE, STOPPING, IllegalTransition, Lifecycle, WorkerState
-from pyalk.worker_types import TRANSIENT_ERRORS, PermanentError, WorkerCounts, error_text, one_line
+from pyalk.worker_types import PermanentError, WorkerCounts, error_text, one_line
 
 if TYPE_CHECKING:
     from pyalk._sync.client import Alk
