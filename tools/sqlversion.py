@@ -3,6 +3,7 @@
     python tools/sqlversion.py diff [--dsn DSN]          what sql/<mechanism>.sql changes against the chain
     python tools/sqlversion.py new NAME [--from-diff]    the next version file, its Alembic revision, its MANIFEST line
     python tools/sqlversion.py pin                       refresh MANIFEST lines of versions not yet on main
+    python tools/sqlversion.py check                     MANIFEST and the Alembic revisions match sql/versions
 
 ``diff`` installs the chain and the current files into two scratch databases
 on the server of --dsn (or PYALK_DEV_DSN), compares their catalogs and prints,
@@ -32,6 +33,7 @@ from pyalk.schema.install import current_files, current_script, head, install_sc
 
 VERSIONS = ROOT / "sql" / "versions"
 MANIFEST = VERSIONS / "MANIFEST"
+ALEMBIC_VERSIONS = ROOT / "alembic" / "versions"
 REVOKE = "REVOKE ALL ON ALL FUNCTIONS IN SCHEMA alk FROM PUBLIC;"
 
 
@@ -184,6 +186,38 @@ def manifest_lines() -> dict[str, str]:
     return pinned
 
 
+IMMUTABLE = "a landed version is immutable: write a new version file (docs/migrations.md, 'How to change a rule')"
+
+
+def manifest_problems() -> list[str]:
+    """What is wrong between sql/versions, its MANIFEST and alembic/versions:
+    a version file whose sha256 is not its pinned one, one not pinned, a pinned
+    one gone, a version without its Alembic revision (each NNNN_*.py applies
+    version NNNN on top of the one before). Empty when all agree; no database."""
+    pinned = manifest_lines()
+    on_disk = {v.path.name: _sha256(v.path) for v in versions()}
+    problems = [f"{name} changed: {IMMUTABLE}" for name in sorted(pinned.keys() & on_disk.keys())
+                if pinned[name] != on_disk[name]]
+    problems += [f"{name} is not in sql/versions/MANIFEST: run python tools/sqlversion.py new"
+                 for name in sorted(on_disk.keys() - pinned.keys())]
+    problems += [f"MANIFEST lists {name}, which is gone: {IMMUTABLE}"
+                 for name in sorted(pinned.keys() - on_disk.keys())]
+    previous = None
+    for version in versions():
+        revisions = list(ALEMBIC_VERSIONS.glob(f"{version.number}_*.py"))
+        if len(revisions) != 1:
+            problems.append(f"version {version.number} has {len(revisions)} Alembic revisions"
+                            " in alembic/versions, not 1")
+        else:
+            text = revisions[0].read_text()
+            down = f'"{previous}"' if previous else "None"
+            expected = (f'revision = "{version.number}"', f"down_revision = {down}",
+                        f'apply_version("{version.number}")')
+            problems += [f"{revisions[0].name} lacks {line}" for line in expected if line not in text]
+        previous = version.number
+    return problems
+
+
 def write_manifest(pinned: dict[str, str]) -> None:
     MANIFEST.write_text("".join(f"{pinned[name]}  {name}\n" for name in sorted(pinned)))
 
@@ -243,7 +277,12 @@ def main(argv: list[str] | None = None) -> int:
     p_new.add_argument("--dsn", default=os.environ.get("PYALK_DEV_DSN"), help=dsn_help)
     p_pin = sub.add_parser("pin", help="refresh MANIFEST lines of versions not yet on main")
     p_pin.add_argument("--base", default="main")
+    sub.add_parser("check", help="MANIFEST and the Alembic revisions match sql/versions (no database)")
     args = parser.parse_args(argv)
+    if args.command == "check":
+        problems = manifest_problems()
+        print("\n".join(problems) or "sql/versions, MANIFEST and alembic/versions agree")
+        return 1 if problems else 0
     if args.command == "pin":
         print("\n".join(pin(args.base)) or "MANIFEST is current")
         return 0
