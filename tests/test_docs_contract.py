@@ -20,7 +20,7 @@ import psycopg
 from pyalk.errors import BY_SQLSTATE
 
 ROOT = Path(__file__).resolve().parent.parent
-CONTRACT = ROOT / "docs/contract.md"
+PAGE = ROOT / "docs/contract.md"
 
 #: What docs/contract.md#flow-control-and-operations pins but the schema does
 #: not have yet: functions, (function, parameter) pairs and alk.job columns.
@@ -102,7 +102,7 @@ def test_anchors_are_github_slugs():
 
 
 def test_every_contract_anchor_cited_exists():
-    anchors = set(sections(CONTRACT.read_text()))
+    anchors = set(sections(PAGE.read_text()))
     for name in ("ground-rules", "queue", "streams", "outbox", "transactions", "locks", "scheduler", "sql-api",
                  "scale-out", "flow-control-and-operations"):
         assert name in anchors, f"docs/contract.md has no section #{name}"
@@ -111,7 +111,7 @@ def test_every_contract_anchor_cited_exists():
     for path in files:
         text = path.read_text()
         cited = re.findall(r"contract\.md#([\w-]+)", text)
-        if path == CONTRACT:
+        if path == PAGE:
             cited += re.findall(r"\]\(#([\w-]+)\)", text)
         for name in cited:
             assert name in anchors, f"{path.relative_to(ROOT)} cites docs/contract.md#{name}, which does not exist"
@@ -119,7 +119,7 @@ def test_every_contract_anchor_cited_exists():
 
 def test_pinned_functions_match_the_catalog(db):
     catalog = catalog_functions(db)
-    rows = table_rows(sections(CONTRACT.read_text())["pinned-functions"])
+    rows = table_rows(sections(PAGE.read_text())["pinned-functions"])
     assert len(rows) > 40
     for function_cell, returns_cell in rows:
         match = re.fullmatch(r"alk\.(\w+)\((.*)\)", code(function_cell))
@@ -134,7 +134,7 @@ def test_pinned_functions_match_the_catalog(db):
 
 def test_row_types_match_the_catalog(db):
     documented: dict[str, list[tuple[str, str]]] = defaultdict(list)
-    for type_cell, column, sql_type in table_rows(sections(CONTRACT.read_text())["row-types"]):
+    for type_cell, column, sql_type in table_rows(sections(PAGE.read_text())["row-types"]):
         documented[code(type_cell)].append((column, sql_type))
     assert set(documented) >= {"alk.job", "alk.schedule", "alk.stream_event"}
     for relation, listed in documented.items():
@@ -146,14 +146,14 @@ def test_row_types_match_the_catalog(db):
 
 
 def test_error_codes_match_the_wrapper_and_errors_md():
-    contract = {code(c): code(cls) for c, cls, _ in table_rows(sections(CONTRACT.read_text())["error-codes"])}
+    contract = {code(c): code(cls) for c, cls, _ in table_rows(sections(PAGE.read_text())["error-codes"])}
     errors_md = dict(re.findall(r"^\| `(LK\d{3})` \| `(pyalk\.\w+)`", (ROOT / "docs/errors.md").read_text(), re.M))
     wrapper = {sqlstate: f"pyalk.{cls.__name__}" for sqlstate, cls in BY_SQLSTATE.items()}
     assert contract == wrapper == errors_md
 
 
 def test_every_alk_name_the_contract_uses_exists_or_is_marked_not_yet_built(db):
-    text = CONTRACT.read_text()
+    text = PAGE.read_text()
     known = {row[0] for row in db.execute("""
         SELECT proname FROM pg_proc WHERE pronamespace = 'alk'::regnamespace
         UNION SELECT typname FROM pg_type WHERE typnamespace = 'alk'::regnamespace
