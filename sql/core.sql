@@ -6,7 +6,8 @@
 -- tests/migrations proves both give the same catalog.
 --
 -- The schema, the clock, the error helper, name validation and saturating
--- stamp arithmetic, and alk.schema_info (landed in 0008).
+-- stamp arithmetic, and alk.schema_info (landed in 0008): the ground rules of
+-- docs/contract.md#ground-rules.
 --
 -- Conventions every mechanism (and every version file) follows:
 --   * public functions are SECURITY DEFINER with a pinned search_path, so the

@@ -1,4 +1,4 @@
--- pyalk lock: lease locks (CONTRACT.md §5).
+-- pyalk lock: lease locks (docs/contract.md#locks).
 --
 -- current definition; edit here, then add a version file (docs/migrations.md).
 -- Landed as 0005_lock.sql; a fresh install runs this file, an upgrade runs the

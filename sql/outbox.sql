@@ -1,4 +1,4 @@
--- pyalk outbox: the transactional outbox (CONTRACT.md §3).
+-- pyalk outbox: the transactional outbox (docs/contract.md#outbox).
 --
 -- current definition; edit here, then add a version file (docs/migrations.md).
 -- Landed as 0004_outbox.sql; a fresh install runs this file, an upgrade runs the

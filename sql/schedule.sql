@@ -1,9 +1,9 @@
--- pyalk schedule: the scheduler (CONTRACT.md §6): a cron engine in SQL, named
+-- pyalk schedule: the scheduler (docs/contract.md#scheduler): a cron engine in
+-- SQL, named schedules, and tick, which turns due boundaries into jobs.
 --
 -- current definition; edit here, then add a version file (docs/migrations.md).
 -- Landed as 0006_schedule.sql; a fresh install runs this file, an upgrade runs the
 -- version files, and tests/migrations proves both give the same catalog.
---
 --
 -- The cron engine answers what croniter 7 (day_or=True, and
 -- second_at_beginning=True for 6 fields) answers for the same spec, instant

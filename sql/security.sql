@@ -1,4 +1,5 @@
--- pyalk security: roles as code.
+-- pyalk security: roles as code (docs/security.md; the clock privilege and
+-- name limits of docs/contract.md#ground-rules).
 --
 -- current definition; edit here, then add a version file (docs/migrations.md).
 -- Landed as 0012_security.sql; the clock privilege itself (alk.clock_privilege,

@@ -1,4 +1,4 @@
--- pyalk stream: event streams (CONTRACT.md §2).
+-- pyalk stream: event streams (docs/contract.md#streams).
 --
 -- current definition; edit here, then add a version file (docs/migrations.md).
 -- Landed as 0003_stream.sql; a fresh install runs this file, an upgrade runs the

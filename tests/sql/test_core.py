@@ -1,4 +1,4 @@
-"""The core every mechanism stands on (sql/versions/0001_core.sql, 0008_schema.sql)."""
+"""The core every mechanism stands on (sql/core.sql; docs/contract.md#ground-rules)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""alk.cron_next against croniter (CONTRACT.md §6: "Its answers must equal
-croniter's on the same inputs").
+"""alk.cron_next against croniter (docs/contract.md#scheduler: its answers equal
+croniter's on the same inputs).
 
 The oracle is ``croniter(spec, datetime_in_zone, second_at_beginning=True)
 .get_next(float)`` with croniter's defaults (``day_or=True``). Both sides must

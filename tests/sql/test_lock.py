@@ -1,4 +1,4 @@
-"""Lease locks at the SQL level (CONTRACT.md §5, sql/versions/0005_lock.sql),
+"""Lease locks at the SQL level (docs/contract.md#locks, sql/lock.sql),
 through alk.* only."""
 
 from __future__ import annotations

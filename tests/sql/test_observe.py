@@ -1,4 +1,4 @@
-"""The observation functions (sql/versions/0009_observe.sql), through alk.* alone:
+"""The observation functions (each in its mechanism's sql/<mechanism>.sql), through alk.* alone:
 browse_jobs, browse_events, stream_stats, stream_consumer_lag, queue_throughput
 (counted by every settle function), schedule_overview (with the
 tick path's alk._note_fire) and list_locks."""

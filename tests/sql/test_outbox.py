@@ -1,4 +1,4 @@
-"""The outbox's rules at the SQL level (CONTRACT.md §3, sql/versions/0004_outbox.sql),
+"""The outbox's rules at the SQL level (docs/contract.md#outbox, sql/outbox.sql),
 through alk.* only, plus the claim refactor (alk.claim over alk._claim)."""
 
 from __future__ import annotations

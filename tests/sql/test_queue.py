@@ -1,4 +1,4 @@
-"""The queue's rules (CONTRACT.md §0, §1), checked through alk.* alone."""
+"""The queue's rules (docs/contract.md#ground-rules, #queue), checked through alk.* alone."""
 
 from __future__ import annotations
 

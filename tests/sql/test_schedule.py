@@ -1,4 +1,4 @@
-"""The scheduler's rules (CONTRACT.md §6, sql/versions/0006_schedule.sql),
+"""The scheduler's rules (docs/contract.md#scheduler, sql/schedule.sql),
 checked through alk.* alone: the cron engine (cron_next), schedules
 (schedule, get_schedule, list_schedules, unschedule) and tick.
 

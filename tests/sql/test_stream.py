@@ -1,4 +1,4 @@
-"""The stream's rules (CONTRACT.md §0, §2), checked through alk.* alone.
+"""The stream's rules (docs/contract.md#ground-rules, #streams), checked through alk.* alone.
 
 Commit ordering under concurrent publishers is proven in
 tests/concurrency/test_stream_order.py; this file pins the single-session

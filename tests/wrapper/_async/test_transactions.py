@@ -1,4 +1,4 @@
-"""Transactional forms (CONTRACT.md §4): the caller's connection, the caller's
+"""Transactional forms (docs/contract.md#transactions): the caller's connection, the caller's
 transaction. pyalk never commits or rolls back a connection it was given, a
 rolled-back transaction leaves no trace, and claims refuse to join one.
 SQLAlchemy users call alk.* through text() (docs/transactions.md)."""
