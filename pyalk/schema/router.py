@@ -4,7 +4,7 @@
 Every public ``alk.*`` function of a partition (a database with pyalk
 installed) gets a router function with the same name, arguments, defaults and
 result that runs it on one partition, chosen by the hash of its queue, stream,
-lock, schedule or outbox name (docs/contract.md#room-to-scale-out: the name comes first), or on all
+lock, schedule or outbox name (docs/contract.md#scale-out: the name comes first), or on all
 partitions for the cross-partition reads. Nothing here is written per
 function but the few routing decisions in :data:`ROUTES`; a function the
 rules cannot place stops the generation, so a new SQL function forces a
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import psycopg
 
-#: The arguments that name the thing a call works on, in the order docs/contract.md#room-to-scale-out puts them first.
+#: The arguments that name the thing a call works on, in the order docs/contract.md#scale-out puts them first.
 ROUTING_ARGUMENTS = ("queue", "stream", "name", "outbox")
 
 #: Functions whose routing the argument names do not decide.
