@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from bench import report
-from bench.registry import MODES, Context, Progress, Row, RowResult, load_rows
+from bench.registry import MODES, Context, Progress, Row, RowResult
+from bench.rows import load_rows
 from bench.server import Server, connect_server
 
 ROOT = Path(__file__).resolve().parent.parent

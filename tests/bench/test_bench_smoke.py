@@ -14,7 +14,8 @@ import pytest
 from bench import report, rows_e2e
 from bench.cli import run_rows
 from bench.peers import pyalk_worker
-from bench.registry import QUICK, Context, RowResult, load_rows
+from bench.registry import QUICK, Context, RowResult
+from bench.rows import load_rows
 from bench.server import Server
 from tests import conftest
 
