@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from bench import report
-from bench.registry import MODES, Context, Progress, Row, RowResult, load_rows
+from bench.registry import MODES, Context, Progress, Row, RowResult
+from bench.rows import load_rows
 from bench.server import Server, connect_server
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -63,6 +64,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--img-dir", type=Path, help="where to write the PNG and JSON (default: <out-dir>/img)")
     parser.add_argument("--no-write", action="store_true", help="print the tables only")
+    parser.add_argument(
+        "--from-json",
+        type=Path,
+        metavar="JSON",
+        help="run nothing: write benchmarks.md (into --out-dir, default docs/) and the JSON's targets again from "
+        "a saved run's JSON (e.g. docs/img/benchmarks.json)",
+    )
     parser.add_argument(
         "--synchronous-commit",
         choices=["on", "off"],
@@ -137,6 +145,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.list:
         for r in rows.values():
             print(f"{r.key:28} {r.title}")
+        return 0
+    if args.from_json:
+        md = (args.out_dir or ROOT / "docs") / "benchmarks.md"
+        report.render_saved(args.from_json, md)
+        print(f"wrote {md}, {args.from_json}")
         return 0
     if not chosen:
         print("no row matches", args.rows, file=sys.stderr)

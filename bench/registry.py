@@ -1,11 +1,13 @@
-"""The registry of benchmark rows.
+"""The benchmark's shared types: modes, the context a row runs with, a row
+and its result. Nothing here knows which rows exist.
 
 A row is a function that takes a :class:`Context` and returns a
-:class:`RowResult`. Rows register themselves with :func:`row`; a row whose
-mechanism does not exist yet (streams, the Python worker) registers with a
-``requires`` check that names what is missing, so it shows up in the report
-as "pending" and runs as soon as the check passes. Adding a row is: write the
-function in one of the ``bench/rows_*.py`` modules, decorate it, done.
+:class:`RowResult`; :func:`row` wraps it in a :class:`Row` with its key,
+group and description. A row whose mechanism does not exist yet (streams,
+the Python worker) carries a ``requires`` check that names what is missing,
+so it shows up in the report as "pending" and runs as soon as the check
+passes. The rows themselves live in the ``bench/rows_*.py`` modules, each
+listing its rows in ``ROWS``; ``bench/rows.py`` collects them.
 """
 
 from __future__ import annotations
@@ -155,8 +157,6 @@ class Row:
         return self.requires(ctx) if self.requires else None
 
 
-ROWS: dict[str, Row] = {}
-
 GROUPS = {
     "sql": "1. SQL level (pgbench): ours vs the bare-SQL floor",
     "e2e": "2. End to end in Python: pyalk's worker vs peers",
@@ -175,22 +175,12 @@ def row(
     *,
     requires: Callable[[Context], str | None] | None = None,
     in_quick: bool = True,
-) -> Callable[[RowFn], RowFn]:
+) -> Callable[[RowFn], Row]:
+    """Decorate a row function: it becomes the :class:`Row` that describes it."""
     if group not in GROUPS:
         raise ValueError(f"unknown group {group!r}")
 
-    def register(fn: RowFn) -> RowFn:
-        if key in ROWS:
-            raise ValueError(f"row {key!r} registered twice")
-        ROWS[key] = Row(key, group, title, about, fn, requires, in_quick)
-        return fn
+    def describe(fn: RowFn) -> Row:
+        return Row(key, group, title, about, fn, requires, in_quick)
 
-    return register
-
-
-def load_rows() -> dict[str, Row]:
-    """Import every row module (each registers its rows) and return them."""
-    from bench import rows_dashboard, rows_e2e, rows_hostile, rows_latency, rows_router, rows_sql  # noqa: F401
-
-    order = list(GROUPS)
-    return dict(sorted(ROWS.items(), key=lambda item: order.index(item[1].group)))
+    return describe

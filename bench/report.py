@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -13,16 +14,8 @@ from bench.registry import GROUPS, RowResult
 
 TARGETS = [
     ("SQL path >= 90% of the floor at batch 1 and batch 100", "sql"),
-    (
-        "end to end: the async worker at c=1 and c=10 and the threaded worker at c=1 >= 1.5x graphile-worker "
-        "at equal concurrency, durable commits",
-        "e2e",
-    ),
-    (
-        "durable enqueue with pyalk's wake-ups >= 0.9 of no NOTIFY, 8 and 16 clients, with and without an idle "
-        "worker",
-        "durable",
-    ),
+    ("end to end >= 1.5x graphile-worker at equal concurrency (async c=1, c=10, threaded c=1)", "e2e"),
+    ("durable enqueue with pyalk's wake-ups >= 0.9 of no NOTIFY, with and without an idle worker", "durable"),
     ("claim with 10^5 higher-priority future rows within 1.2x of none (p50; PostgreSQL 18 and 15)", "future"),
     ("wake latency p50 <= 1 ms, p99 <= 3 ms", "wake"),
     ("worker RSS after 10^6 jobs within 1.2x of after 10^4", "memory"),
@@ -31,6 +24,16 @@ TARGETS = [
     ("dashboard overview: one page load's queries < 100 ms at 10^6 jobs", "overview"),
     ("workers with the dashboard refreshing every second within 5% of alone", "interference"),
 ]
+
+
+#: The rows the SQL target judges (batch 1 and batch 100, and the prefetching loop).
+SQL_TARGET_ROWS = (
+    "sql.enqueue_1",
+    "sql.enqueue_batch_100",
+    "sql.claim_1_ack",
+    "sql.claim_100_ack_batch",
+    "sql.settle_and_claim",
+)
 
 
 def _by_key(results: list[RowResult]) -> dict[str, RowResult]:
@@ -43,108 +46,58 @@ def _rec(r: RowResult | None, **match: Any) -> dict[str, Any] | None:
     return next((rec for rec in r.records if all(rec.get(k) == v for k, v in match.items())), None)
 
 
+# What limits us, one line per unmet target, built from this run's numbers.
+# The analyses behind them (with the evidence measured outside the run) are
+# prose in bench/README.md, "What limits us", a section per target.
+
+
 def _sql_limits(rows: dict[str, RowResult]) -> str:
-    """Where the SQL path loses to the floor, from this run's pgbench numbers:
-    extra time per call at 1 client and extra WAL per job."""
-    parts = []
+    """Where the SQL path loses to the floor: server CPU, with the WAL per job
+    ratio as the check that it is not I/O."""
     wals: list[float] = []
-    for key in (
-                "sql.enqueue_1",
-                "sql.enqueue_batch_100",
-                "sql.claim_1_ack",
-                "sql.claim_100_ack_batch",
-                "sql.settle_and_claim",
-            ):
+    for key in SQL_TARGET_ROWS:
         one = _rec(rows.get(key), clients=1)
-        if not one or not one.get("ours latency ms") or not one.get("floor latency ms"):
-            continue
-        extra = one["ours latency ms"] - one["floor latency ms"]
-        wal = one["ours WAL B/job"] / one["floor WAL B/job"] if one.get("floor WAL B/job") else None
-        if wal:
-            wals.append(wal)
-        parts.append(
-            f"{rows[key].title}: +{extra:.3f} ms per script run at 1 client "
-            f"({one['ours latency ms']:.3f} vs {one['floor latency ms']:.3f} ms)"
-            + (f", {wal:.2f}x the WAL per job" if wal else "")
-        )
-    if not parts:
+        if one and one.get("ours WAL B/job") and one.get("floor WAL B/job"):
+            wals.append(one["ours WAL B/job"] / one["floor WAL B/job"])
+    if not wals:
         return ""
-    return (
-        "Server CPU in the functions, not I/O (synchronous_commit off"
-        + (f"; WAL per job {min(wals):.2f}-{max(wals):.2f}x the floor's" if wals else "")
-        + "): "
-        + "; ".join(parts)
-        + ". The floor has none of the plpgsql layers: name checks, alk.now(), the pick-then-update claim with "
-        "its lapsed-lease probe, the fencing predicate on acks, the NOTIFY on enqueue. And its table is narrower: "
-        "measured outside this run, in one plpgsql loop, an INSERT into alk.jobs (21 columns) costs 25-33 us "
-        "against 7.8 us into the floor's 9-column table, and still 16.8 us into a copy of alk.jobs with no "
-        "index and no identity; the nested functions' SET search_path costs about 1.7 us a call."
-    )
+    return f"server CPU in the functions, not I/O: WAL per job {min(wals):.2f}-{max(wals):.2f}x the floor's"
 
 
 def _e2e_limits(rows: dict[str, RowResult]) -> str:
     r = rows.get("e2e.process")
     if not r or r.status != "ok":
         return ""
-    bits = []
-    for rec in r.records:
-        if str(rec["system"]).startswith("pyalk") and rec["process jobs/s"]:
-            bits.append(
-                f"{rec['system']} c={rec['concurrency']}: {1e6 / rec['process jobs/s']:.0f} us per job"
-                + (f" ({rec['vs graphile-worker']:.2f}x graphile-worker)" if rec.get("vs graphile-worker") else "")
-            )
-    return (
-        "; ".join(bits)
-        + ". Both sides claim ahead (pyalk up to 1000 jobs, graphile-worker 500) and settle in batches, and "
-        "both keep the 2 cores about 70% busy (66-71%), so the ratio follows the CPU each spends per job. "
-        "Measured outside this run (c=10, 20,000 no-op jobs, durable commits, 4 interleaved pairs at "
-        "1.21-1.47x; worker process CPU from getrusage, server CPU from every backend's schedstat over the "
-        "processing phase): pyalk 33-42 us per job (Python 15.5-19.4, server 17.5-22.3), graphile-worker "
-        "45-59 us (Node 24-31, server 21-28), 0.69-0.85x pair by pair; 1.5x at equal utilization needs 0.67x "
-        "or less. The server half is the claim's UPDATE (a new row version and two index entries per job, "
-        "within 1.2x of the floor's UPDATE server-side) and the ack's DELETE. Tried this round and not kept: "
-        "uvloop as the event loop (8 interleaved pairs at c=10, 50,000 jobs: median 0.97x, 4 faster), and no "
-        "durable commit at all for the worker's claims and settles (synchronous_commit off, an upper bound: "
-        "+2-10%, 4 pairs), which would in any case let a crash undo an issued fencing token. Earlier rounds: "
-        "a refill of a buffer that still feeds the runners carries no outcomes (+10.6% median at async c=1 in "
-        "10 interleaved pairs); two claims in flight on two connections per refill ran 0.955x (8 pairs)."
-    )
+    cost = [
+        f"{_form(rec['system'])} c={rec['concurrency']} {1e6 / rec['process jobs/s']:.0f}"
+        for rec in r.records
+        if str(rec["system"]).startswith("pyalk") and rec["process jobs/s"]
+    ]
+    return "the CPU each side spends per job; wall us per job: " + ", ".join(cost) if cost else ""
+
+
+#: The durable row's worker modes, each with its own cause (the README's
+#: "Durable enqueue" section explains each).
+DURABLE_CAUSES = {
+    "no": "no idle worker: the run's spread",
+    "yes": "synthetic idle worker: its advert commits",
+    "AsyncWorker": "a real AsyncWorker: its CPU differs by side",
+}
 
 
 def _durable_limits(rows: dict[str, RowResult]) -> str:
     r = rows.get("sql.enqueue_durable")
     if not r or r.status != "ok":
         return ""
-    missed: dict[str, list[dict[str, Any]]] = {}
-    for rec in r.records:
-        if rec["ours/no-notify"] is not None and rec["ours/no-notify"] < 0.9:
-            missed.setdefault(rec["idle worker"], []).append(rec)
-
-    def at(recs: list[dict[str, Any]], column: str) -> str:
-        return ", ".join(f"{rec['clients']} clients {rec[column]}" for rec in recs)
-
-    parts = []
-    if "no" in missed:
-        parts.append(
-            f"With no idle worker ({at(missed['no'], 'ours/no-notify')}) no enqueue notifies: the sides differ by "
-            "one probe of the empty advert table, so a miss there is the run's spread"
+    missed = [
+        mode
+        for mode in DURABLE_CAUSES
+        if any(
+            rec["idle worker"] == mode and rec["ours/no-notify"] is not None and rec["ours/no-notify"] < 0.9
+            for rec in r.records
         )
-    if "yes" in missed:
-        parts.append(
-            "With the synthetic idle worker (it advertises again after every notification and never claims) each "
-            "of its adverts costs one notifying commit, and every enqueue that meets an advert held by the "
-            "consuming enqueue must commit after it: waiting for that commit is the ordering that loses no "
-            "wake-up, and notifying instead queues behind the holder on the notify lock (docs/design.md, "
-            f"Wake-ups); notifications per enqueue {at(missed['yes'], 'ours notifies/enqueue')}. A real worker "
-            "advertises only when a claim comes back empty"
-        )
-    if "AsyncWorker" in missed:
-        parts.append(
-            f"beside a real AsyncWorker ({at(missed['AsyncWorker'], 'ours/no-notify')}; notifications per enqueue "
-            f"{at(missed['AsyncWorker'], 'ours notifies/enqueue')}) the worker's CPU on the same 2 cores differs "
-            "between the sides: it listens on ours and polls on the no-notify side"
-        )
-    return "; ".join(parts) + "." if parts else ""
+    ]
+    return "; ".join(DURABLE_CAUSES[mode] for mode in missed)
 
 
 def _future_limits(rows: dict[str, RowResult]) -> str:
@@ -152,20 +105,11 @@ def _future_limits(rows: dict[str, RowResult]) -> str:
     if not r or r.status != "ok":
         return ""
     extra = [
-        f"{rec['server']} +{rec['with future rows ms'] - rec['no future rows ms']:.3f} ms "
-        f"({rec['with future rows ms']} vs {rec['no future rows ms']} ms)"
+        f"{_server(rec['server'])} +{rec['with future rows ms'] - rec['no future rows ms']:.3f} ms"
         for rec in r.records
         if rec["metric"] == "claim p50" and rec.get("ratio") is not None
     ]
-    return (
-        "The future rows cost each claim a fixed step, not a walk: "
-        + ", ".join(extra)
-        + " p50. The loose scan visits the future-only priority once and its probe stops at the first entry "
-        "(run_at <= now is an index bound: in EXPLAIN ANALYZE, measured outside this run, 2 index searches for "
-        "the 2 priorities, 23 buffers for the whole statement, with 10^5 future rows), so the extra does not grow "
-        "with their number; on a one-job claim of about 0.3 ms it is close to the 1.2x budget, and the row has "
-        "measured 0.89x and 1.20x in other runs on this machine."
-    )
+    return "a fixed step per claim, not a walk: " + ", ".join(extra) if extra else ""
 
 
 def _wake_limits(rows: dict[str, RowResult]) -> str:
@@ -173,17 +117,9 @@ def _wake_limits(rows: dict[str, RowResult]) -> str:
     if not r or r.status != "ok" or len(r.records) < 3:
         return ""
     ours, claim_only, floor = r.records[0], r.records[1], r.records[2]
-    backlog = _rec(rows.get("latency.claim_vs_backlog"))
-    hot = f" (back to back, a claim is {backlog['ours claim p50 ms']} ms p50 in the backlog row)" if backlog else ""
     return (
-        f"The notification reaches a bare LISTEN at p50 {floor['p50 ms']} ms; one prepared alk.claim after it, "
-        f"on plain psycopg with no worker, already brings p50 to {claim_only['p50 ms']} ms{hot}: a round trip to "
-        "a backend that was idle is slow on this machine (measured outside this run: a prepared one-job claim "
-        "after a 20-40 ms pause takes 1.07-1.17 ms p50, 0.78 ms right after a SELECT 1 that woke the backend, "
-        "0.18-0.49 ms back to back; claiming on the LISTEN connection, whose backend has just woken, gave p50 "
-        "1.38 vs 1.40 ms over 400 samples each). The worker adds "
-        f"{ours['p50 ms'] - claim_only['p50 ms']:.3f} ms on top (LISTEN task to claim loop, pool, row decoding, "
-        "handler task)."
+        f"the claim's round trip to an idle backend; p50 bare LISTEN {floor['p50 ms']} ms, LISTEN + claim "
+        f"{claim_only['p50 ms']} ms, worker {ours['p50 ms']} ms"
     )
 
 
@@ -195,9 +131,8 @@ def _backlog_limits(rows: dict[str, RowResult]) -> str:
     worst = max(r.records, key=lambda rec: rec["ours claim+ack p50 ms"])
     floor_growth = r.extra.get("growth", {}).get("floor claim+ack p50 ms")
     return (
-        f"Worst at {worst['pending']:,} pending: claim+ack p50 {worst['ours claim+ack p50 ms']} ms vs "
-        f"{first['ours claim+ack p50 ms']} ms at {first['pending']:,}; the floor grew {floor_growth}x over the "
-        "same sizes. The nested plans (below) show the index probes used at each size."
+        f"worst at {worst['pending']:,} pending: claim+ack p50 {worst['ours claim+ack p50 ms']} vs "
+        f"{first['ours claim+ack p50 ms']} ms; the floor grew {floor_growth}x"
     )
 
 
@@ -205,25 +140,28 @@ def _xmin_limits(rows: dict[str, RowResult]) -> str:
     r = rows.get("hostile.held_xmin")
     if not r or r.status != "ok":
         return ""
-    oc, oh = _rec(r, side="ours", run="clean"), _rec(r, side="ours", run="xmin held")
-    fc, fh = _rec(r, side="floor", run="clean"), _rec(r, side="floor", run="xmin held")
-    if not (oc and oh and fc and fh):
+    oh, fh = _rec(r, side="ours", run="xmin held"), _rec(r, side="floor", run="xmin held")
+    if not (oh and fh):
         return ""
-    compare = (
-        f"the floor loses as much or more under the same held snapshot (held/clean {fh['held/clean']:.2f} vs "
-        f"ours {oh['held/clean']:.2f})"
-        if fh["held/clean"] <= oh["held/clean"] + 0.05
-        else f"the floor loses less (held/clean {fh['held/clean']:.2f} vs ours {oh['held/clean']:.2f}): alk.jobs "
-        "carries four partial indexes where the floor table has one, so each claim and ack leaves more dead index "
-        "entries to step over"
-    )
+    loses = "as much or more" if fh["held/clean"] <= oh["held/clean"] + 0.05 else "less"
     return (
-        "With the horizon held nothing the queue deletes or updates can be pruned or vacuumed, so each claim walks "
-        "the dead versions at the head of the claim index and the table grows "
-        f"({oh['bytes/job']:,.0f} B/job held vs {oc['bytes/job']:,.0f} B/job clean, ours; floor "
-        f"{fh['bytes/job']:,.0f} vs {fc['bytes/job']:,.0f}); {compare}. This is PostgreSQL's MVCC cost for an "
-        "update-then-delete queue; no function can prune below the horizon."
+        f"MVCC: nothing below the held horizon can be pruned; the floor loses {loses} "
+        f"(held/clean {fh['held/clean']:.2f} vs ours {oh['held/clean']:.2f})"
     )
+
+
+def _overview_limits() -> str:
+    return "counts exact up to 1,000 per queue; all exact costs about the floor's count(*)"
+
+
+def _form(system: Any) -> str:
+    """'pyalk (async)' -> 'async'."""
+    return str(system).removeprefix("pyalk (").removesuffix(")")
+
+
+def _server(label: Any) -> str:
+    """'PG 18.6 (bench server)' -> 'PG 18.6'."""
+    return str(label).split(" (")[0]
 
 
 def targets(results: list[RowResult]) -> list[dict[str, Any]]:
@@ -238,13 +176,7 @@ def targets(results: list[RowResult]) -> list[dict[str, Any]]:
         limits = ""
         if kind == "sql":
             ratios = []
-            for key in (
-                "sql.enqueue_1",
-                "sql.enqueue_batch_100",
-                "sql.claim_1_ack",
-                "sql.claim_100_ack_batch",
-                "sql.settle_and_claim",
-            ):
+            for key in SQL_TARGET_ROWS:
                 r = rows.get(key)
                 if r and r.status == "ok":
                     worst = min(rec["ours/floor"] for rec in r.records if rec["ours/floor"] is not None)
@@ -262,9 +194,8 @@ def targets(results: list[RowResult]) -> list[dict[str, Any]]:
                     if str(rec["system"]).startswith("pyalk") and rec.get("vs graphile-worker") is not None
                 ]
                 if ours:
-                    measured = ", ".join(
-                        f"{rec['system']} c={rec['concurrency']}: {rec['process jobs/s']:,.0f} jobs/s, "
-                        f"{rec['vs graphile-worker']:.2f}x graphile-worker"
+                    measured = "vs graphile-worker: " + ", ".join(
+                        f"{_form(rec['system'])} c={rec['concurrency']} {rec['vs graphile-worker']:.2f}x"
                         for rec in ours
                     )
                     named = [rec for rec in ours if (rec["system"], rec["concurrency"]) in rows_e2e.TARGET_FORMS]
@@ -275,9 +206,17 @@ def targets(results: list[RowResult]) -> list[dict[str, Any]]:
         elif kind == "durable":
             r = rows.get("sql.enqueue_durable")
             if r and r.status == "ok" and r.records:
-                measured = "ours/no-notify: " + ", ".join(
-                    f"{rec['clients']} clients, idle worker {rec['idle worker']}: {rec['ours/no-notify']}"
-                    for rec in r.records
+                clients = list(dict.fromkeys(rec["clients"] for rec in r.records))
+                modes = list(dict.fromkeys(rec["idle worker"] for rec in r.records))
+                measured = f"ours/no-notify at {'/'.join(map(str, clients))} clients, idle worker: " + ", ".join(
+                    mode
+                    + " "
+                    + "/".join(
+                        _cell(next((rec["ours/no-notify"] for rec in r.records
+                                    if rec["idle worker"] == mode and rec["clients"] == c), None))
+                        for c in clients
+                    )
+                    for mode in modes
                 )
                 met = all(rec["ours/no-notify"] is not None and rec["ours/no-notify"] >= 0.9 for rec in r.records)
             limits = _durable_limits(rows)
@@ -286,8 +225,9 @@ def targets(results: list[RowResult]) -> list[dict[str, Any]]:
             if r and r.status == "ok":
                 p50s = [rec for rec in r.records if rec["metric"] == "claim p50" and rec.get("ratio") is not None]
                 if p50s:
-                    measured = "claim p50 with / without: " + ", ".join(f"{rec['server']} {rec['ratio']}x"
-                                                                          for rec in p50s)
+                    measured = "claim p50 with / without: " + ", ".join(
+                        f"{_server(rec['server'])} {rec['ratio']}x" for rec in p50s
+                    )
                     met = all(rec["ratio"] <= 1.2 for rec in p50s)
             limits = _future_limits(rows)
         elif kind == "wake":
@@ -314,11 +254,7 @@ def targets(results: list[RowResult]) -> list[dict[str, Any]]:
             if load and stats:
                 measured = f"p50 {load['p50 ms']} ms per page load, of which alk.queue_stats {stats['p50 ms']} ms"
                 met = load["p50 ms"] < 100
-                limits = (
-                    "The page counts each state exactly up to 1,000 per queue and estimates past it; with every "
-                    "count exact alk.queue_stats visits all 10^6 index entries, at about the cost of the bare "
-                    "index-only count(*) floor row."
-                )
+                limits = _overview_limits()
         elif kind == "interference":
             r = rows.get("dashboard.no_interference")
             if r and r.status == "ok" and len(r.records) > 1:
@@ -410,26 +346,42 @@ def _plans_block(result: RowResult) -> str:
     return f"<details>{summary}\n\n```\n{body}\n```\n\n</details>\n"
 
 
+#: The longest note the markdown shows: one line. A row's longer notes (how
+#: it measured, its settings, every round's figures) stay in the JSON; the
+#: method is described once in bench/README.md.
+NOTE_LIMIT = 200
+
+
+def _version_span(versions: list[str]) -> str:
+    if not versions:
+        return "none"
+    if len(versions) == 1:
+        return f"`{versions[0]}`"
+    return f"`{versions[0]}` .. `{versions[-1]}` ({len(versions)} scripts)"
+
+
 def write_markdown(path: Path, meta: dict[str, Any], results: list[RowResult], plot: str | None) -> None:
+    """The numbers of one run and a line of notes each; what the rows measure
+    and what limits the unmet targets is prose in bench/README.md."""
     path.parent.mkdir(parents=True, exist_ok=True)
     out: list[str] = [
         "# Benchmarks",
         "",
-        "Generated by `python -m bench` (see [bench/README.md](../bench/README.md) for how to run it and what "
-        "each row means). Ratios are within this one run on this one server; never compare absolute numbers "
-        "across runs or machines.",
+        "Generated by `python -m bench`. What each row measures (by its key) and what limits each unmet target: "
+        "[bench/README.md](../bench/README.md). Every number and note of the run: "
+        "[img/benchmarks.json](img/benchmarks.json). Ratios hold within this one run on this one server; "
+        "never compare absolute numbers across runs or machines.",
         "",
         "## This run",
         "",
         f"- date: {meta['date']}; mode: `{meta['mode']}`; wall time {meta['seconds']:.0f} s",
         f"- machine: {meta['machine']['cpu']}, {meta['machine']['cores']} cores, "
         f"{meta['machine']['memory_gib']} GiB, {meta['machine']['os']}, Python {meta['machine']['python']}",
-        "- pyalk versions installed: " + ", ".join(f"`{v}`" for v in meta.get("pyalk_versions", [])),
+        "- pyalk versions installed: " + _version_span(meta.get("pyalk_versions", [])),
         f"- server: {meta['server_version']} ({'embedded' if meta['embedded'] else 'given by --dsn'})",
         "- server settings: " + ", ".join(f"`{k}={v}`" for k, v in meta["server_settings"].items()),
         f"- load average (1/5/15 min) at start {meta.get('load_average_at_start')}, at end "
-        f"{meta.get('load_average_at_end')}: anything else running on the machine shifts the numbers; ours and "
-        "the floor alternate so a shift hits both",
+        f"{meta.get('load_average_at_end')}; ours and the floor alternate so a shift hits both",
         f"- measured sessions (pgbench and latency clients): `PGOPTIONS={meta['session_options']}`",
         "",
     ]
@@ -450,19 +402,34 @@ def write_markdown(path: Path, meta: dict[str, Any], results: list[RowResult], p
             continue
         out += [f"## {heading}", ""]
         for r in in_group:
-            out += [f"### {r.title}", ""]
-            if r.about:
-                out += [r.about, ""]
+            out += [f"### {r.title} (`{r.key}`, {r.seconds:.0f} s)", ""]
             if r.status != "ok":
                 out += [f"**{r.status}**: " + ("; ".join(r.notes) if r.notes else ""), ""]
                 continue
             out += [table(r.columns, r.records), ""]
-            out += [f"- {note}" for note in r.notes]
-            out += [f"- ran {r.seconds:.0f} s", ""]
+            notes = [f"- {note}" for note in r.notes if len(note) <= NOTE_LIMIT]
+            out += [*notes, ""] if notes else []
             block = _plans_block(r)
             if block:
                 out += [block]
     path.write_text("\n".join(out).rstrip() + "\n", encoding="utf-8")
+
+
+def load_json(path: Path) -> tuple[dict[str, Any], list[RowResult]]:
+    """A saved run: its meta and its rows' results (what write_json wrote)."""
+    data = json.loads(path.read_text(encoding="utf-8"))
+    return data["meta"], [RowResult(**r) for r in data["rows"]]
+
+
+def render_saved(json_path: Path, md_path: Path) -> None:
+    """Write the markdown of a saved run again, and the JSON's targets with it,
+    from the run's own numbers: no row runs. The plot is linked when it is
+    beside the JSON (it is not redrawn)."""
+    meta, results = load_json(json_path)
+    write_json(json_path, meta, results)
+    png = json_path.with_suffix(".png")
+    plot = os.path.relpath(png, md_path.parent) if png.exists() else None
+    write_markdown(md_path, meta, results, plot)
 
 
 def write_plot(path: Path, results: list[RowResult]) -> bool:

@@ -16,7 +16,7 @@ from typing import Any, LiteralString
 
 import psycopg
 
-from bench.registry import Context, RowResult, row
+from bench.registry import Context, Row, RowResult, row
 
 QUEUES = 10
 STREAMS = 5
@@ -404,3 +404,7 @@ def counter_cost_row(ctx: Context) -> RowResult:
                "(queue, minute, backend pid): concurrent settles never wait for each other's commit. "
                "Every run's jobs/s (synchronous_commit/batch/clients): " + "; ".join(runs) + "."],
         seconds=time.perf_counter() - started)
+
+
+#: This module's rows, in report order (bench/rows.py collects them).
+ROWS: tuple[Row, ...] = (overview_row, no_interference_row, counter_cost_row)

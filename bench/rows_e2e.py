@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 from bench.peers import pyalk_worker
-from bench.registry import Context, RowResult, row
+from bench.registry import Context, Row, RowResult, row
 
 #: Runner modules in bench/peers/, pyalk first. A peer that cannot run here
 #: (not installed) is reported as unavailable, not as an error.
@@ -256,3 +256,7 @@ def e2e_memory(ctx: Context) -> RowResult:
         extra={"raw": raw, "checkpoints": points},
         seconds=time.perf_counter() - started,
     )
+
+
+#: This module's rows, in report order (bench/rows.py collects them).
+ROWS: tuple[Row, ...] = (e2e_process, e2e_memory)

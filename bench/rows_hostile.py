@@ -14,7 +14,7 @@ import time
 from typing import Any
 
 from bench import pg
-from bench.registry import Context, RowResult, row
+from bench.registry import Context, Row, RowResult, row
 
 DEPTH = 1_000  # pre-filled backlog kept constant by the cycle script
 CLIENTS = 2
@@ -113,3 +113,7 @@ def held_xmin(ctx: Context) -> RowResult:
         extra={"raw": {f"{s}:{'held' if h else 'clean'}": v for (s, h), v in results.items()}},
         seconds=time.perf_counter() - started,
     )
+
+
+#: This module's rows, in report order (bench/rows.py collects them).
+ROWS: tuple[Row, ...] = (held_xmin,)

@@ -26,7 +26,7 @@ from typing import Any
 import psycopg
 
 from bench import pg
-from bench.registry import Context, RowResult, row
+from bench.registry import Context, Row, RowResult, row
 
 CLAIM_OURS = "SELECT id, attempts, payload FROM alk.claim('bench', 'lat', 1)"
 ACK_OURS = "SELECT alk.ack(%s, 'lat', %s)"
@@ -798,3 +798,7 @@ def claim_vs_future(ctx: Context) -> RowResult:
         notes=notes,
         seconds=time.perf_counter() - started,
     )
+
+
+#: This module's rows, in report order (bench/rows.py collects them).
+ROWS: tuple[Row, ...] = (claim_vs_backlog, stale_stats, sweep_vs_dead, wake_latency, stream_tail, claim_vs_future)

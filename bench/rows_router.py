@@ -13,7 +13,7 @@ from typing import Any
 import psycopg
 
 from bench.pg15 import Pg15, missing
-from bench.registry import Context, RowResult, row
+from bench.registry import Context, Row, RowResult, row
 
 CLIENTS = 2
 QUEUES = 8
@@ -112,3 +112,7 @@ def router_row(ctx: Context) -> RowResult:
                "and that the path is correct, not the scale a partition per machine gives."],
         seconds=time.perf_counter() - started,
     )
+
+
+#: This module's rows, in report order (bench/rows.py collects them).
+ROWS: tuple[Row, ...] = (router_row,)

@@ -16,7 +16,7 @@ from typing import Any, Literal
 import psycopg
 
 from bench import pg
-from bench.registry import Context, RowResult, row
+from bench.registry import Context, Row, RowResult, row
 
 Kind = Literal["enqueue", "claim", "publish", "read"]
 
@@ -250,16 +250,15 @@ def _median_latency(results: list[pg.PgbenchResult]) -> float | None:
     return round(statistics.median(values), 3) if values else None
 
 
-def _register(pair: Pair) -> None:
+def _pair_row(pair: Pair) -> Row:
     requires: Callable[[Context], str | None] | None = None
     if pair.kind in ("publish", "read"):
         requires = pg.has_function("alk.publish")
     fn: Callable[[Context], RowResult] = lambda ctx: run_pair(ctx, pair)  # noqa: E731
-    row(pair.key, "sql", pair.title, pair.about, requires=requires)(fn)
+    return row(pair.key, "sql", pair.title, pair.about, requires=requires)(fn)
 
 
-for _pair in PAIRS:
-    _register(_pair)
+PAIR_ROWS = tuple(_pair_row(pair) for pair in PAIRS)
 
 
 # -- durable enqueue: pyalk's wake-ups vs the same enqueue with no NOTIFY ------
@@ -527,3 +526,7 @@ def enqueue_durable(ctx: Context) -> RowResult:
         extra={"pgbench": raw, "settings": settings},
         seconds=time.perf_counter() - started,
     )
+
+
+#: This module's rows, in report order (bench/rows.py collects them).
+ROWS: tuple[Row, ...] = (*PAIR_ROWS, enqueue_durable)

@@ -14,7 +14,8 @@ import pytest
 from bench import report, rows_e2e
 from bench.cli import run_rows
 from bench.peers import pyalk_worker
-from bench.registry import QUICK, Context, RowResult, load_rows
+from bench.registry import QUICK, Context, RowResult
+from bench.rows import load_rows
 from bench.server import Server
 from tests import conftest
 
@@ -94,7 +95,7 @@ def test_issue11_rows_run(bench_ctx: Context) -> None:
     found = report.targets([settle, durable, future])
     durable_target = next(t for t in found if t["target"].startswith("durable enqueue"))
     future_target = next(t for t in found if t["target"].startswith("claim with 10^5"))
-    assert durable_target["measured"].startswith("ours/no-notify: 2 clients, idle worker no: ")
+    assert durable_target["measured"].startswith("ours/no-notify at 2 clients, idle worker: no ")
     assert durable_target["met"] is all(rec["ours/no-notify"] >= 0.9 for rec in durable.records)
     assert future_target["measured"].startswith("claim p50 with / without: ")
     assert future_target["met"] is (future.records[0]["ratio"] <= 1.2)
@@ -199,6 +200,7 @@ def test_the_durable_target_explains_each_missed_mode_by_its_own_cause() -> None
         return str(next(t for t in found if t["target"].startswith("durable enqueue"))["what limits us"])
 
     only_no = limits({(8, "no"): 0.85, (8, "AsyncWorker"): 1.0})
-    assert "With no idle worker (8 clients 0.85)" in only_no and "AsyncWorker" not in only_no
+    assert only_no == report.DURABLE_CAUSES["no"]
     only_real = limits({(8, "no"): 1.0, (16, "AsyncWorker"): 0.8})
-    assert "beside a real AsyncWorker (16 clients 0.8;" in only_real and "no idle worker" not in only_real
+    assert only_real == report.DURABLE_CAUSES["AsyncWorker"]
+    assert "AsyncWorker" not in only_no and "no idle worker" not in only_real
