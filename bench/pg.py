@@ -146,7 +146,7 @@ def has_function(name: str) -> Any:
     """A ``requires`` check: the installed pyalk defines function ``name``."""
 
     def check(ctx: Context) -> str | None:
-        from pyalk.install import install_script
+        from pyalk.schema.install import install_script
 
         if f"CREATE FUNCTION {name}(" in install_script() or f"CREATE OR REPLACE FUNCTION {name}(" in install_script():
             return None

@@ -77,7 +77,7 @@ def _create(conn: psycopg.Connection, server: Pg15, name: str, template: str = "
     requires=lambda ctx: missing(),
 )
 def router_row(ctx: Context) -> RowResult:
-    from pyalk import migrate, router
+    from pyalk.schema import migrate, router
 
     started = time.perf_counter()
     seconds = 1.0 if ctx.mode.quick else 5.0

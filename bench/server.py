@@ -135,7 +135,7 @@ class Server:
                 [list(REPORTED_SETTINGS)],
             ).fetchall()
         settings = {name: f"{setting}{' ' + unit if unit else ''}" for name, setting, unit in rows}
-        from pyalk.install import versions
+        from pyalk.schema.install import versions
 
         installed = [v for v in versions() if self.pyalk_upto is None or v.number <= self.pyalk_upto]
         load = os.getloadavg() if hasattr(os, "getloadavg") else None
@@ -151,10 +151,10 @@ class Server:
 
 def install_pyalk(conn: psycopg.Connection[Any], upto: str | None = None) -> None:
     """Install pyalk exactly as a psql user would: the complete install
-    script (pyalk.install.install_script), or with ``upto`` the versioned
+    script (pyalk.schema.install.install_script), or with ``upto`` the versioned
     scripts up to and including that number (to measure a chain whose newest
     version is still being written)."""
-    from pyalk.install import BOOTSTRAP, install_script, versions
+    from pyalk.schema.install import BOOTSTRAP, install_script, versions
 
     if upto is None:
         script = install_script()
