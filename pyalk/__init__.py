@@ -45,7 +45,8 @@ from pyalk.errors import (
 from pyalk.stop_token import AsyncStopToken, StopToken
 from pyalk.tasks import Task, TaskError, Tasks
 from pyalk.values import Fired, Job, LockInfo, QueueOpts, QueueStats, Schedule, StreamEvent
-from pyalk.worker_types import PermanentError, WorkerCounts
+from pyalk.worker.errors import PermanentError
+from pyalk.worker.tally import WorkerCounts
 
 __all__ = [
     "Alk",

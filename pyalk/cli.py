@@ -442,14 +442,14 @@ def cmd_worker(args: argparse.Namespace, console: Console) -> None:
     if _is_async(handler):
         async def run_async() -> WorkerCounts:
             async with AsyncAlk(dsn, max_connections=args.max_connections) as alk:
-                worker = AsyncWorker(alk, args.queue, handler, **options)
+                worker = alk.worker(args.queue, handler, **options)
                 with _worker_display(worker, args):
                     return await worker.run()
 
         counts = asyncio.run(run_async())
     else:
         with Alk(dsn, max_connections=args.max_connections) as alk:
-            worker = Worker(alk, args.queue, handler, **options)
+            worker = alk.worker(args.queue, handler, **options)
             with _worker_display(worker, args):
                 counts = worker.run()
     _report_worker(counts, args, console)

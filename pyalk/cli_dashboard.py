@@ -53,7 +53,7 @@ def cmd_dashboard(args: argparse.Namespace, dsn: str) -> None:
 
 def cmd_metrics(args: argparse.Namespace, dsn: str) -> None:
     _require_extra("metrics")
-    metrics = importlib.import_module("pyalk.metrics")
+    metrics = importlib.import_module("pyalk.dashboard.metrics")
     metrics.serve(args.port, args.host, conninfo=dsn)
     print(f"pyalk metrics on http://{args.host}:{args.port}/metrics", flush=True)
     threading.Event().wait()  # the exporter serves from its own thread until interrupted
@@ -92,6 +92,6 @@ def worker_observer(args: argparse.Namespace, dsn: str) -> dict[str, Any]:
     if not getattr(args, "metrics_port", None):
         return {}
     _require_extra("worker --metrics-port")
-    metrics = importlib.import_module("pyalk.metrics")
+    metrics = importlib.import_module("pyalk.dashboard.metrics")
     registry = metrics.serve(args.metrics_port, conninfo=dsn)
     return {"observer": metrics.WorkerMetrics(args.queue, registry)}

@@ -27,10 +27,11 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 
 from pyalk.errors import InvalidArgument
-from pyalk.worker_types import PermanentError
+from pyalk.worker.errors import PermanentError
 
 if TYPE_CHECKING:
-    from pyalk import Alk, AsyncAlk
+    from pyalk._async.client import AsyncAlk
+    from pyalk._sync.client import Alk
 
 P = ParamSpec("P")
 R = TypeVar("R")

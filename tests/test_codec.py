@@ -105,7 +105,7 @@ def test_deep_but_encodable_payloads_still_round_trip(alk):
 
 
 def test_a_failed_jobs_error_text_shows_a_lone_surrogate_escaped_not_as_a_codec_failure():
-    from pyalk.worker_types import error_text
+    from pyalk.worker.errors import error_text
 
     text = error_text(ValueError("bad \ud800 byte"))
     assert text == "ValueError: bad \\ud800 byte"

@@ -1,4 +1,4 @@
-"""The worker lifecycle table (pyalk/worker_state.py): every transition it
+"""The worker lifecycle table (pyalk/worker/state.py): every transition it
 allows is accepted, every other raises, and a stop while NEW waits for run()."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import itertools
 
 import pytest
 
-from pyalk.worker_state import TRANSITIONS, IllegalTransition, Lifecycle, WorkerState
+from pyalk.worker.state import TRANSITIONS, IllegalTransition, Lifecycle, WorkerState
 
 S = WorkerState
 

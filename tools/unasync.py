@@ -55,20 +55,23 @@ NAMES: dict[str, str] = {
     # psycopg / psycopg_pool
     "AsyncConnection": "Connection",
     "AsyncConnectionPool": "ConnectionPool",
-    # pyalk's own classes (pyalk/_async and pyalk.worker_runtime)
+    # pyalk's own classes (pyalk/_async and pyalk.runtime)
     "AsyncAlk": "Alk",
     "AsyncEvent": "Event",
     "AsyncJobHandle": "JobHandle",
     "AsyncLock": "Lock",
     "AsyncExecutor": "Executor",
     "AsyncSchedules": "Schedules",
+    "AsyncClaimLoop": "ClaimLoop",
     "AsyncHeartbeater": "Heartbeater",
+    "AsyncIdleAdvert": "IdleAdvert",
     "AsyncListener": "Listener",
     "AsyncSettlementBatcher": "SettlementBatcher",
     "AsyncOutbox": "Outbox",
     "AsyncPool": "Pool",
     "AsyncQueue": "Queue",
     "AsyncReconnectingPool": "ReconnectingPool",
+    "AsyncRunners": "Runners",
     "AsyncRuntime": "Runtime",
     "AsyncSignals": "Signals",
     "AsyncStopToken": "StopToken",
@@ -268,12 +271,26 @@ def translate(text: str, path: str = "<string>") -> str:
 
 
 def generated() -> dict[Path, str]:
+    """Every generated file and its text: each ``.py`` under a source folder,
+    sub-packages included, at the same place under its target folder."""
     out: dict[Path, str] = {}
     for source_dir, target_dir in PAIRS:
-        for source in sorted(source_dir.glob("*.py")):
+        for source in sorted(source_dir.rglob("*.py")):
             relative = source.relative_to(ROOT).as_posix()
-            out[target_dir / source.name] = _HEADER.format(source=relative) + translate(source.read_text(), relative)
+            target = target_dir / source.relative_to(source_dir)
+            out[target] = _HEADER.format(source=relative) + translate(source.read_text(), relative)
     return out
+
+
+def orphans() -> list[Path]:
+    """Generated files whose source is gone (a module moved or removed)."""
+    expected = set(generated())
+    return sorted(
+        path
+        for _, target_dir in PAIRS
+        for path in target_dir.rglob("*.py")
+        if path not in expected and path.read_text().startswith(_HEADER.partition("{")[0])
+    )
 
 
 def main(argv: list[str]) -> int:
@@ -288,7 +305,12 @@ def main(argv: list[str]) -> int:
                 target.write_text(text)
     for target in stale:
         print(("stale: " if check else "wrote: ") + str(target.relative_to(ROOT)))
-    return 1 if check and stale else 0
+    gone = orphans()
+    for target in gone:
+        print(("orphan: " if check else "removed: ") + str(target.relative_to(ROOT)))
+        if not check:
+            target.unlink()
+    return 1 if check and (stale or gone) else 0
 
 
 if __name__ == "__main__":

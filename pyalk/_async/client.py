@@ -83,8 +83,9 @@ class AsyncAlk:
 
     def worker(self, queue: str, handler: Handler, **options: Any) -> AsyncWorker:
         """A worker running ``handler`` on the jobs of ``queue``; ``options``
-        as :class:`~pyalk.AsyncWorker` takes them. Start it with ``run()``."""
-        return AsyncWorker(self, queue, handler, **options)
+        as :class:`~pyalk.AsyncWorker` takes them (``listen_conninfo``
+        defaults to this client's database). Start it with ``run()``."""
+        return AsyncWorker(queue if isinstance(queue, AsyncQueue) else self.queue(queue), handler, **options)
 
     async def stats(self, queue: str | None = None, *, exact_limit: int | None = None) -> list[QueueStats]:
         """``alk.queue_stats``: counts by state, lag and next due time per

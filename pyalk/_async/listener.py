@@ -18,8 +18,8 @@ from psycopg import AsyncConnection, sql
 
 from pyalk.backoff import Backoff
 from pyalk.errors import TRANSIENT_ERRORS
-from pyalk.worker_runtime import AsyncEvent, AsyncRuntime
-from pyalk.worker_types import one_line
+from pyalk.runtime import AsyncEvent, AsyncRuntime
+from pyalk.worker.errors import one_line
 
 
 class AsyncListener:

@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING
 
 from pyalk import _codec
 from pyalk.errors import InvalidArgument, LockLost, LockNotAcquired
+from pyalk.runtime import AsyncRuntime, AsyncTask
 from pyalk.stop_token import AsyncStopToken
 from pyalk.values import LOCK_COLUMNS, LockInfo, lock_info_from_row
-from pyalk.worker_runtime import AsyncRuntime, AsyncTask
 
 if TYPE_CHECKING:
     from typing import LiteralString

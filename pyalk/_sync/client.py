@@ -84,8 +84,9 @@ class Alk:
 
     def worker(self, queue: str, handler: Handler, **options: Any) -> Worker:
         """A worker running ``handler`` on the jobs of ``queue``; ``options``
-        as :class:`~pyalk.Worker` takes them. Start it with ``run()``."""
-        return Worker(self, queue, handler, **options)
+        as :class:`~pyalk.Worker` takes them (``listen_conninfo``
+        defaults to this client's database). Start it with ``run()``."""
+        return Worker(queue if isinstance(queue, Queue) else self.queue(queue), handler, **options)
 
     def stats(self, queue: str | None = None, *, exact_limit: int | None = None) -> list[QueueStats]:
         """``alk.queue_stats``: counts by state, lag and next due time per

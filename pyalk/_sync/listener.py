@@ -19,8 +19,8 @@ from psycopg import Connection, sql
 
 from pyalk.backoff import Backoff
 from pyalk.errors import TRANSIENT_ERRORS
-from pyalk.worker_runtime import Event, Runtime
-from pyalk.worker_types import one_line
+from pyalk.runtime import Event, Runtime
+from pyalk.worker.errors import one_line
 
 
 class Listener:

@@ -26,9 +26,9 @@ from typing import TYPE_CHECKING
 
 from pyalk import _codec
 from pyalk.errors import InvalidArgument, LockLost, LockNotAcquired
+from pyalk.runtime import Runtime, Task
 from pyalk.stop_token import StopToken
 from pyalk.values import LOCK_COLUMNS, LockInfo, lock_info_from_row
-from pyalk.worker_runtime import Runtime, Task
 
 if TYPE_CHECKING:
     from typing import LiteralString

@@ -23,7 +23,7 @@ from starlette.staticfiles import StaticFiles
 
 from pyalk.dashboard import charts, security
 from pyalk.dashboard.data import EXACT_LIMIT, Data, JobKey, make_pool
-from pyalk.metrics import QueueMetrics
+from pyalk.dashboard.metrics import QueueMetrics
 
 STATES = ("pending", "processing", "dead")
 PAGE_SIZE = 50

@@ -57,9 +57,9 @@ def test_each_worker_refuses_the_other_kind_of_handler(dsn):
         pass
 
     with pytest.raises(TypeError, match=r"use pyalk\.Worker"):
-        AsyncWorker(AsyncAlk(dsn), "q", blocking)  # type: ignore[arg-type]
+        AsyncAlk(dsn).worker("q", blocking)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match=r"use pyalk\.AsyncWorker"):
-        Worker(Alk(dsn), "q", coroutine)
+        Alk(dsn).worker("q", coroutine)
 
 
 # exactly once ------------------------------------------------------------------------
@@ -85,10 +85,10 @@ async def test_async_and_threaded_workers_process_every_job_exactly_once(dsn, db
             handled[job.payload] += 1
 
     clients = [AsyncAlk(dsn) for _ in range(3)]
-    async_workers = [AsyncWorker(client, "q", async_handler, concurrency=5, prefetch=10, worker_id=f"async-{i}",
+    async_workers = [client.worker("q", async_handler, concurrency=5, prefetch=10, worker_id=f"async-{i}",
                                  handle_signals=False) for i, client in enumerate(clients)]
     sync_clients = [Alk(dsn) for _ in range(2)]
-    sync_workers = [Worker(client, "q", thread_handler, concurrency=4, prefetch=10, worker_id=f"thread-{i}",
+    sync_workers = [client.worker("q", thread_handler, concurrency=4, prefetch=10, worker_id=f"thread-{i}",
                            handle_signals=False) for i, client in enumerate(sync_clients)]
     threads = [threading.Thread(target=worker.run) for worker in sync_workers]
     for thread in threads:
@@ -148,12 +148,12 @@ def test_a_handler_that_outlives_the_visibility_timeout_keeps_its_lease(dsn, db,
 
         async def main() -> Any:
             async with AsyncAlk(dsn) as alk:
-                return await AsyncWorker(alk, "q", handler, burst=True, handle_signals=False).run()
+                return await alk.worker("q", handler, burst=True, handle_signals=False).run()
 
         counts = asyncio.run(main())
     else:
         with Alk(dsn) as alk:
-            counts = Worker(alk, "q", work, burst=True, handle_signals=False).run()
+            counts = alk.worker("q", work, burst=True, handle_signals=False).run()
     assert observed["stolen"] == []
     assert observed["lease"] > observed["first_deadline"]
     assert (counts.acked, counts.lost) == (1, 0)
@@ -188,7 +188,7 @@ def test_terminated_backends_are_reconnected_without_losing_a_job(dsn, db):
     with Alk(dsn) as loader:
         loader.queue("q", QueueOpts(visibility_timeout_s=2)).enqueue_batch(list(range(jobs)))
     with Alk(f"{dsn} application_name={app}") as alk:
-        worker = Worker(alk, "q", handler, concurrency=4, poll_interval=0.5, handle_signals=False)
+        worker = alk.worker("q", handler, concurrency=4, poll_interval=0.5, handle_signals=False)
         thread = threading.Thread(target=worker.run)
         thread.start()
         try:

@@ -25,7 +25,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from pyalk import Alk, JobHandle, QueueOpts, Worker
+from pyalk import Alk, JobHandle, QueueOpts
 from tests.helpers import until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -159,7 +159,7 @@ def test_a_killed_workers_jobs_run_again_after_their_lease(dsn, db, gate, spawn)
             handled.append((job.id, job.job.attempts))
 
     with Alk(dsn) as alk:
-        worker = Worker(alk, "q", record, concurrency=4, handle_signals=False)
+        worker = alk.worker("q", record, concurrency=4, handle_signals=False)
         thread = threading.Thread(target=worker.run)
         thread.start()
         try:

@@ -23,7 +23,7 @@ import pytest
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
-from pyalk import Alk, JobHandle, QueueOpts, Worker
+from pyalk import Alk, JobHandle, QueueOpts
 from pyalk.schema import migrate
 from tests.helpers import until
 
@@ -95,7 +95,7 @@ def test_a_server_restart_mid_run_loses_no_job(private_server, restart_dsn):
     with Alk(restart_dsn) as loader:
         loader.queue("q", QueueOpts(visibility_timeout_s=3)).enqueue_batch(list(range(jobs)))
     with Alk(restart_dsn, max_connections=4) as alk:
-        worker = Worker(alk, "q", handler, concurrency=4, poll_interval=0.5, handle_signals=False)
+        worker = alk.worker("q", handler, concurrency=4, poll_interval=0.5, handle_signals=False)
         thread = threading.Thread(target=worker.run)
         thread.start()
         try:

@@ -13,7 +13,9 @@ import pytest
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
-from pyalk import Alk, QueueOpts, cli_dashboard, metrics
+from pyalk import Alk, QueueOpts, cli_dashboard
+from pyalk.dashboard import metrics
+from pyalk.worker.observer import WorkerObserver
 from tests.dashboard.conftest import HOSTILE, ROOT, free_port
 from tests.helpers import until
 
@@ -53,7 +55,7 @@ def test_the_exporter_serves_the_database_metrics_and_reports_down(seeded):
 
 def test_worker_metrics_count_outcomes_in_flight_and_latencies():
     registry = CollectorRegistry()
-    observer: metrics.WorkerObserver = metrics.WorkerMetrics("emails", registry)
+    observer: WorkerObserver = metrics.WorkerMetrics("emails", registry)
     observer.on_claimed(5, 0.002)
     observer.on_claimed(0, 0.001)
     for _ in range(5):

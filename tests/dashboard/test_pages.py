@@ -11,7 +11,7 @@ from urllib.parse import quote
 from markupsafe import escape
 from starlette.testclient import TestClient
 
-from pyalk import Alk, JobHandle, PermanentError, Worker
+from pyalk import Alk, JobHandle, PermanentError
 from pyalk.dashboard import create_app
 from tests.dashboard.conftest import BIG, HOSTILE
 
@@ -66,7 +66,7 @@ def test_the_overview_chart_draws_what_a_worker_settled(client, dsn):
             if job.payload % 5 == 0:
                 raise PermanentError("every fifth")
 
-        counts = Worker(alk, queue, handler, burst=True, handle_signals=False).run()
+        counts = alk.worker(queue, handler, burst=True, handle_signals=False).run()
     assert (counts.acked, counts.failed) == (20, 5)
     row = re.search(rf'<tr data-queue="{queue}">(.*?)</tr>', client.get("/").text, re.S)
     assert row

@@ -12,7 +12,7 @@ from collections.abc import Callable
 import psycopg
 import pytest
 
-from pyalk import Alk, Job, Worker
+from pyalk import Alk, Job
 from pyalk.cli import main
 from pyalk.schema.router import router_install
 from tests.router.conftest import Target
@@ -56,7 +56,7 @@ def test_the_worker_runs_through_the_router_and_wakes_on_its_partition(routed: T
     assert row is not None and row[0] == routed.partition_of(queue)
     conninfo = str(row[0])
     with Alk(routed.dsn) as alk:
-        worker = Worker(alk, queue, handler, concurrency=4, poll_interval=600, handle_signals=False,
+        worker = alk.worker(queue, handler, concurrency=4, poll_interval=600, handle_signals=False,
                         listen_conninfo=conninfo, fail_on=ValueError)
         thread = threading.Thread(target=worker.run)
         thread.start()

@@ -154,7 +154,7 @@ def test_a_registry_with_an_async_task_runs_on_asyncio_and_plain_ones_in_threads
 def test_a_registry_in_python_through_the_worker_class(dsn, db):
     with pyalk.Alk(dsn) as alk:
         app.send_email.defer(alk, to=app.Address("a@x"), subject="s")
-        counts = pyalk.Worker(alk, "emails", app.tasks.handler("emails"), burst=True, handle_signals=False).run()
+        counts = alk.worker("emails", app.tasks.handler("emails"), burst=True, handle_signals=False).run()
     assert counts.acked == 1 and app.calls == [("send_email", (app.Address("a@x"), "s", 0))]
 
 

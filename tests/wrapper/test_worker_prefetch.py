@@ -32,7 +32,7 @@ async def test_a_buffered_job_past_its_lifetime_is_released_not_started(alk, db)
 
     queue = alk.queue("q")
     ids = await queue.enqueue_batch([1, 2, 3])
-    worker = AsyncWorker(alk, queue, handler, concurrency=1, buffer_lifetime=0.2, handle_signals=False,
+    worker = AsyncWorker(queue, handler, concurrency=1, buffer_lifetime=0.2, handle_signals=False,
                          worker_id="w-life")
     task = asyncio.create_task(worker.run())
     try:
@@ -54,7 +54,7 @@ async def test_a_worker_on_a_paused_queue_idles_and_resumes_on_its_own(alk, db):
 
     db.execute("SELECT alk.pause_queue('q')")
     await alk.queue("q").enqueue("after resume")
-    worker = AsyncWorker(alk, "q", handler, poll_interval=60, handle_signals=False, worker_id="w-paused")
+    worker = alk.worker("q", handler, poll_interval=60, handle_signals=False, worker_id="w-paused")
     task = asyncio.create_task(worker.run())
     try:
         await until_async(lambda: bool(db.execute(

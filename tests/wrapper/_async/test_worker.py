@@ -19,8 +19,8 @@ import psycopg
 import pytest
 
 from pyalk import AsyncAlk, AsyncJobHandle, AsyncWorker, InvalidArgument, InvalidName, PermanentError, QueueOpts
-from pyalk.worker_runtime import AsyncEvent
-from pyalk.worker_state import WorkerState
+from pyalk.runtime import AsyncEvent
+from pyalk.worker.state import WorkerState
 from tests.helpers import one, until
 
 DEADLINE = 30.0
@@ -131,7 +131,7 @@ async def test_worker_arguments_are_checked(alk):
                 {"grace_period": -1}, {"prefetch": -1}, {"prefetch": True}, {"buffer_lifetime": -1},
                 {"settle_interval": -0.1}, {"busy_poll": -0.001}):
         with pytest.raises(ValueError):
-            AsyncWorker(alk, "q", handler, **bad)
+            alk.worker("q", handler, **bad)
     worker = alk.worker("q", handler, concurrency=3)
     assert isinstance(worker, AsyncWorker)
     # The fast settings are the defaults: 1000 claimed ahead, claims of up to 1000.
@@ -145,7 +145,7 @@ async def test_a_worker_stopped_before_it_runs_returns_at_once_and_runs_once(alk
         raise AssertionError("no job should run")
 
     await alk.queue("q").enqueue(1)
-    worker = AsyncWorker(alk, "q", handler, handle_signals=False)
+    worker = alk.worker("q", handler, handle_signals=False)
     worker.stop()
     counts = await worker.run()
     assert counts.claimed == 0
@@ -164,7 +164,7 @@ async def test_a_worker_passes_through_its_lifecycle_once(alk, caplog):
         pass
 
     await alk.queue("q").enqueue(1)
-    worker = AsyncWorker(alk, "q", handler, burst=True, handle_signals=False)
+    worker = alk.worker("q", handler, burst=True, handle_signals=False)
     assert worker.state is WorkerState.NEW
     with caplog.at_level(logging.DEBUG, logger="pyalk.worker"):
         counts = await worker.run()
@@ -180,7 +180,7 @@ async def test_a_stop_before_run_skips_running(alk, caplog):
     async def handler(job: AsyncJobHandle) -> None:
         raise AssertionError("no job should run")
 
-    worker = AsyncWorker(alk, "q", handler, handle_signals=False)
+    worker = alk.worker("q", handler, handle_signals=False)
     worker.stop()
     assert worker.state is WorkerState.NEW  # remembered, applied when run() starts
     with caplog.at_level(logging.DEBUG, logger="pyalk.worker"):
@@ -198,7 +198,7 @@ async def test_a_forced_stop_while_draining_skips_the_grace_period(alk, db, capl
         await released.wait()  # would outlive any grace period
 
     await alk.queue("q").enqueue(1)
-    worker = AsyncWorker(alk, "q", handler, grace_period=DEADLINE * 10, handle_signals=False)
+    worker = alk.worker("q", handler, grace_period=DEADLINE * 10, handle_signals=False)
     try:
         with caplog.at_level(logging.DEBUG, logger="pyalk.worker"):
             counts = await worker.run()
@@ -218,7 +218,7 @@ async def test_a_burst_worker_acks_every_job_once(alk, db):
         seen.append(job.payload)
 
     await alk.queue("q").enqueue_batch(list(range(120)))
-    worker = AsyncWorker(alk, "q", handler, concurrency=7, burst=True, handle_signals=False)
+    worker = alk.worker("q", handler, concurrency=7, burst=True, handle_signals=False)
     counts = await worker.run()
     assert sorted(seen) == list(range(120))
     assert (counts.claimed, counts.acked, counts.retried, counts.failed, counts.lost) == (120, 120, 0, 0, 0)
@@ -236,7 +236,7 @@ async def test_failures_retry_on_the_rows_curve_then_die_with_the_error_text(alk
     # backoff 0: the retry is due at once, so the burst picks it up again.
     queue = alk.queue("q", QueueOpts(backoff_base_s=0, max_attempts=3))
     job_id = await queue.enqueue({"x": 1})
-    counts = await AsyncWorker(alk, queue, handler, burst=True, handle_signals=False).run()
+    counts = await AsyncWorker(queue, handler, burst=True, handle_signals=False).run()
     assert attempts == [1, 2, 3]
     assert (counts.retried, counts.failed, counts.acked) == (2, 1, 0)
     assert job_rows(db) == [(job_id, "dead", 3, "ValueError: attempt 3 broke")]
@@ -263,24 +263,32 @@ async def test_a_burst_outlives_a_retry_settled_while_it_looked_for_claimable_jo
     asked = AsyncEvent()
 
     class LaggingSettle(AsyncWorker):
-        async def _exchange(self, wanted: int) -> Any:
-            # Claim once LISTEN is up (the short first claim advertises and
-            # claims again) and once the flush loop took what finished: that
-            # claim carries nothing and comes back empty, the retry in flight.
-            assert await _poll(lambda: self.listening and not self._buffer and not self.in_flight
-                               and not self._settler._pending)
-            return await super()._exchange(wanted)
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            claims = self._claims
+            exchange, until_claimable = claims._exchange, claims._seconds_until_claimable
+
+            async def lagging_exchange(wanted: int) -> Any:
+                # Claim once LISTEN is up (the short first claim advertises and
+                # claims again) and once the flush loop took what finished: that
+                # claim carries nothing and comes back empty, the retry in flight.
+                assert await _poll(lambda: self.listening and not self._buffer and not self.in_flight
+                                   and not self._settler._pending)
+                return await exchange(wanted)
+
+            async def lagging_until_claimable() -> float | None:
+                seconds = await until_claimable()
+                asked.set()
+                await _poll(lambda: not self._buffer and not self.in_flight and not len(self._settler), 5.0)
+                asked.clear()
+                return seconds
+
+            claims._exchange = lagging_exchange  # type: ignore[method-assign]
+            claims._seconds_until_claimable = lagging_until_claimable  # type: ignore[method-assign]
 
         async def _settle_batch(self, batch: Any) -> Any:
             await asked.wait(DEADLINE)
             return await super()._settle_batch(batch)
-
-        async def _seconds_until_claimable(self) -> float | None:
-            seconds = await super()._seconds_until_claimable()
-            asked.set()
-            await _poll(lambda: not self._buffer and not self.in_flight and not len(self._settler), 5.0)
-            asked.clear()
-            return seconds
 
     async def handler(job: AsyncJobHandle) -> None:
         attempts.append(job.job.attempts)
@@ -288,7 +296,7 @@ async def test_a_burst_outlives_a_retry_settled_while_it_looked_for_claimable_jo
 
     queue = alk.queue("q", QueueOpts(backoff_base_s=0, max_attempts=3))
     job_id = await queue.enqueue({"x": 1})
-    worker = LaggingSettle(alk, queue, handler, burst=True, handle_signals=False, settle_interval=0)
+    worker = LaggingSettle(queue, handler, burst=True, handle_signals=False, settle_interval=0)
     counts = await worker.run()
     assert attempts == [1, 2, 3]
     assert (counts.retried, counts.failed, counts.acked) == (2, 1, 0)
@@ -305,7 +313,7 @@ async def test_an_error_text_with_array_syntax_is_recorded_as_raised(alk, db):
 
     queue = alk.queue("q")
     job_id = await queue.enqueue(1)
-    counts = await AsyncWorker(alk, queue, handler, burst=True, handle_signals=False).run()
+    counts = await AsyncWorker(queue, handler, burst=True, handle_signals=False).run()
     assert counts.failed == 1
     assert job_rows(db) == [(job_id, "dead", 1, f"PermanentError: {message}")]
 
@@ -316,7 +324,7 @@ async def test_a_retry_waits_for_the_backoff_curve(alk, db):
 
     queue = alk.queue("q", QueueOpts(backoff_base_s=600))
     job_id = await queue.enqueue(1)
-    await AsyncWorker(alk, queue, handler, burst=True, handle_signals=False).run()
+    await AsyncWorker(queue, handler, burst=True, handle_signals=False).run()
     job = await queue.get_job(job_id)
     assert job is not None and (job.state, job.attempts, job.worker_id) == ("pending", 1, None)
     assert 600 <= job.run_at - job.created_at <= 605
@@ -333,10 +341,10 @@ async def test_fail_on_exceptions_kill_the_job_at_once(alk, db):
 
     queue = alk.queue("q")
     first = await queue.enqueue("permanent")
-    counts = await AsyncWorker(alk, queue, handler, burst=True, handle_signals=False).run()
+    counts = await AsyncWorker(queue, handler, burst=True, handle_signals=False).run()
     assert counts.failed == 1
     second = await queue.enqueue("custom")
-    counts = await AsyncWorker(alk, queue, handler, fail_on=Unrecoverable, burst=True, handle_signals=False).run()
+    counts = await AsyncWorker(queue, handler, fail_on=Unrecoverable, burst=True, handle_signals=False).run()
     assert counts.failed == 1
     assert job_rows(db) == [(first, "dead", 1, "PermanentError: bad address"), (second, "dead", 1, "Unrecoverable")]
 
@@ -348,7 +356,7 @@ async def test_handler_logs_carry_structured_fields(alk, caplog):
 
     await alk.queue("q").enqueue_batch([0, 1])
     with caplog.at_level(logging.DEBUG, logger="pyalk.worker"):
-        await AsyncWorker(alk, "q", handler, burst=True, handle_signals=False, worker_id="w-logs").run()
+        await alk.worker("q", handler, burst=True, handle_signals=False, worker_id="w-logs").run()
     done = [r for r in caplog.records if r.getMessage().startswith("job") and "done" in r.getMessage()]
     retried = [r for r in caplog.records if "will retry" in r.getMessage()]
     assert len(done) == 1 and len(retried) == 1
@@ -373,7 +381,7 @@ async def test_stop_lets_running_handlers_finish_and_claims_no_more(alk, db):
 
     queue = alk.queue("q")
     ids = await queue.enqueue_batch(list(range(10)))
-    worker = AsyncWorker(alk, queue, handler, concurrency=1, handle_signals=False)
+    worker = AsyncWorker(queue, handler, concurrency=1, handle_signals=False)
     counts = await worker.run()
     assert (counts.claimed, counts.acked, counts.abandoned) == (1, 1, 0)
     assert [row[0] for row in job_rows(db)] == ids[1:]
@@ -390,7 +398,7 @@ async def test_after_the_grace_period_running_jobs_are_left_to_lease_expiry(alk,
 
     queue = alk.queue("q")
     job_id = await queue.enqueue(1)
-    worker = AsyncWorker(alk, queue, handler, concurrency=2, grace_period=0.2, handle_signals=False)
+    worker = AsyncWorker(queue, handler, concurrency=2, grace_period=0.2, handle_signals=False)
     try:
         counts = await worker.run()
     finally:
@@ -411,7 +419,7 @@ async def test_an_idle_worker_wakes_on_notify_long_before_its_poll(alk, db, dsn)
         worker.stop()
 
     await alk.queue("q").enqueue("far", delay=3600)  # claimable only in an hour: the worker waits a full poll
-    worker = AsyncWorker(alk, "q", handler, poll_interval=60, handle_signals=False)
+    worker = alk.worker("q", handler, poll_interval=60, handle_signals=False)
     since = server_now(db)
     enqueued: list[float] = []
 
@@ -438,7 +446,7 @@ async def test_an_idle_worker_advertises_again_after_each_wake_up_and_misses_no_
     async def handler(job: AsyncJobHandle) -> None:
         handled.append(job.id)
 
-    worker = AsyncWorker(alk, "q", handler, worker_id="bursty", poll_interval=3600, handle_signals=False)
+    worker = alk.worker("q", handler, worker_id="bursty", poll_interval=3600, handle_signals=False)
     bursts, per_burst, enqueuers = 8, 12, 4
 
     def produce() -> None:
@@ -473,7 +481,7 @@ async def test_a_steady_stream_is_claimed_on_the_busy_poll_not_notified_per_clai
     async def handler(job: AsyncJobHandle) -> None:
         handled.append(job.payload)
 
-    worker = AsyncWorker(alk, "q", handler, worker_id="streamed", poll_interval=3600, busy_poll=0.2,
+    worker = alk.worker("q", handler, worker_id="streamed", poll_interval=3600, busy_poll=0.2,
                          handle_signals=False)
 
     def received(listen: psycopg.Connection) -> int:
@@ -518,7 +526,7 @@ async def test_a_busy_worker_whose_buffer_is_full_still_refills_when_its_runners
         await release.wait(DEADLINE)
         handled.append(job.payload)
 
-    worker = AsyncWorker(alk, "q", handler, worker_id="full-poll", concurrency=2, prefetch=0, poll_interval=3600,
+    worker = alk.worker("q", handler, worker_id="full-poll", concurrency=2, prefetch=0, poll_interval=3600,
                          busy_poll=2.0, handle_signals=False)
 
     def produce() -> None:
@@ -547,7 +555,7 @@ async def test_a_worker_sleeps_until_next_claim_at_not_a_full_poll(alk, db):
 
     await alk.queue("q").enqueue("soon", delay=1)
     started = time.monotonic()
-    worker = AsyncWorker(alk, "q", handler, poll_interval=60, listen=False, handle_signals=False)
+    worker = alk.worker("q", handler, poll_interval=60, listen=False, handle_signals=False)
     await worker.run()
     assert handled == ["soon"]
     assert time.monotonic() - started < 30
@@ -566,7 +574,7 @@ async def test_buffered_jobs_go_back_unspent_at_a_stop_and_another_worker_takes_
 
     queue = alk.queue("q")
     ids = await queue.enqueue_batch(list(range(50)))
-    worker = AsyncWorker(alk, queue, handler, concurrency=1, handle_signals=False, worker_id="w-first")
+    worker = AsyncWorker(queue, handler, concurrency=1, handle_signals=False, worker_id="w-first")
     counts = await worker.run()
     assert counts.claimed == 1 and counts.acked == 1
     rows = db.execute("SELECT id, state, attempts - attempts_refunded, worker_id FROM alk.list_jobs('q') "
@@ -580,12 +588,12 @@ async def test_buffered_jobs_go_back_unspent_at_a_stop_and_another_worker_takes_
     async def record(job: AsyncJobHandle) -> None:
         seen.append(job.id)
 
-    again = await AsyncWorker(alk, queue, record, burst=True, handle_signals=False, worker_id="w-second").run()
+    again = await AsyncWorker(queue, record, burst=True, handle_signals=False, worker_id="w-second").run()
     assert sorted(seen) == [job_id for job_id in ids if job_id not in first_worker]
     assert again.acked == 49 and job_rows(db) == []
 
 
-# the observer (pyalk.metrics.WorkerObserver) ---------------------------------------------
+# the observer (pyalk.worker.observer.WorkerObserver) ---------------------------------------------
 
 
 class Recorder:
@@ -637,7 +645,7 @@ async def test_the_observer_sees_claims_handlers_and_the_states_the_sql_reports(
     kinds = ["ok"] * 20 + ["flaky"] * 5 + ["broken"] * 3 + ["permanent"] * 2 + ["self-ack"]
     await queue.enqueue_batch([{"kind": kind, "i": i} for i, kind in enumerate(kinds)])
     recorder = Recorder()
-    worker = AsyncWorker(alk, queue, handler, concurrency=4, burst=True, handle_signals=False, observer=recorder)
+    worker = AsyncWorker(queue, handler, concurrency=4, burst=True, handle_signals=False, observer=recorder)
     counts = await worker.run()
     runs = 20 + 5 * 2 + 3 * 2 + 2 + 1
     assert len(recorder.handlers) == runs and all(s >= 0 for s in recorder.handlers)
@@ -661,7 +669,7 @@ async def test_the_observer_sees_buffered_jobs_released_at_a_stop(alk, db):
 
     await alk.queue("q").enqueue_batch(list(range(500)))
     recorder = Recorder()
-    worker = AsyncWorker(alk, "q", handler, concurrency=1, handle_signals=False, observer=recorder)
+    worker = alk.worker("q", handler, concurrency=1, handle_signals=False, observer=recorder)
     counts = await worker.run()
     claimed = sum(n for n, _ in recorder.claims)
     assert recorder.total("acked") == counts.acked == len(recorder.handlers) >= 41

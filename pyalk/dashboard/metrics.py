@@ -4,33 +4,16 @@ and latencies, fed by the worker through :class:`WorkerMetrics`.
 
 Needs the ``dashboard`` extra (prometheus-client).
 
-The worker's hook is an observer (:class:`WorkerObserver`, the worker's
-``observer=`` option); a worker given one calls it at these points, and
-nothing else:
-
-* ``on_claimed(n, seconds)``: after each claim call (``alk.settle_and_claim``)
-  that returned n jobs (n may be 0), with the call's duration;
-* ``on_handler(seconds)``: when a handler returns or raises;
-* ``on_settled(outcome, n, seconds)``: after each settle call (``alk.settle``,
-  or the outcomes a claim call carried), once per outcome it covered, with
-  n its jobs and the call's duration. The outcome is the state the SQL
-  reports, named: ``acked``; ``retried`` (pending again); ``failed`` (dead:
-  the SQL decides burial); ``lost`` (refused: the claim was no longer valid,
-  its lease lapsed);
-* ``on_released(n)``: n claimed jobs this worker let go unsettled: released
-  unstarted (``alk.release_jobs``, pending again at once), or left to their
-  leases (abandoned past a stop's grace period, an outcome that could not be
-  recorded).
-
-In flight is claimed minus settled minus released: the jobs this worker
-holds, buffered or running or waiting to be settled.
+A worker's counters come through its observer hook
+(:class:`pyalk.worker.observer.WorkerObserver`, the worker's ``observer=``
+option): :class:`WorkerMetrics` is one.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Iterable, Iterator
-from typing import Any, Protocol
+from typing import Any
 
 import psycopg
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, start_http_server
@@ -38,24 +21,14 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from psycopg.rows import dict_row
 
-OUTCOMES = ("acked", "retried", "failed", "lost")
+from pyalk.worker.observer import OUTCOMES
+
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
 
-class WorkerObserver(Protocol):
-    """What a worker reports, at the points listed in the module docstring."""
-
-    def on_claimed(self, n: int, seconds: float) -> None: ...
-
-    def on_handler(self, seconds: float) -> None: ...
-
-    def on_settled(self, outcome: str, n: int, seconds: float) -> None: ...
-
-    def on_released(self, n: int) -> None: ...
-
-
 class WorkerMetrics:
-    """A worker's counters and latency histograms for one queue, in ``registry``."""
+    """A worker's counters and latency histograms for one queue, in
+    ``registry``: a :class:`~pyalk.worker.observer.WorkerObserver`."""
 
     def __init__(self, queue: str, registry: CollectorRegistry) -> None:
         self.queue = queue

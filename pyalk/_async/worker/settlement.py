@@ -23,8 +23,8 @@ from typing import Any, Literal
 from pyalk._async.queue import AsyncJobHandle
 from pyalk.backoff import Backoff
 from pyalk.errors import TRANSIENT_ERRORS
-from pyalk.worker_runtime import AsyncEvent, AsyncRuntime
-from pyalk.worker_types import one_line
+from pyalk.runtime import AsyncEvent, AsyncRuntime
+from pyalk.worker.errors import one_line
 
 #: Most outcomes one settlement call carries.
 BATCH_MAX = 1000

@@ -1,9 +1,9 @@
-"""The concurrency primitives the worker is written against, twice: an
-asyncio form (``Async*``) and a threaded form with the same names minus
-``Async``.
+"""The concurrency primitives the worker (and the lock's renewal, the
+listener, the settlement batcher) is written against, twice: an asyncio form
+(``Async*``) and a threaded form with the same names minus ``Async``.
 
-pyalk/_async/worker.py uses only these (plus plain ``await``), so
-tools/unasync.py turns it into pyalk/_sync/worker.py by its ordinary rules:
+pyalk/_async/worker/ uses only these (plus plain ``await``), so
+tools/unasync.py turns it into pyalk/_sync/worker/ by its ordinary rules:
 ``AsyncEvent`` becomes :class:`Event`, ``AsyncRuntime.spawn`` becomes
 :meth:`Runtime.spawn`, and so on. Every difference between the two workers
 lives here, side by side.

@@ -1,0 +1,152 @@
+"""The worker's runners (River's executor): ``concurrency`` loops that each
+start buffered jobs one after the other, run the handler and hand the
+outcome to the settlement batcher, with no hand-off per job."""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from pyalk._async.queue import AsyncJobHandle
+from pyalk._async.worker.heartbeat import AsyncHeartbeater, Running
+from pyalk._async.worker.settlement import AsyncSettlementBatcher, Outcome
+from pyalk.runtime import AsyncEvent, AsyncRuntime
+from pyalk.worker.buffer import PrefetchBuffer, lease_margin
+from pyalk.worker.errors import error_text
+from pyalk.worker.in_flight import InFlight
+from pyalk.worker.state import ABANDONED, Lifecycle, WorkerState
+from pyalk.worker.tally import Tally
+
+logger = logging.getLogger("pyalk.worker")
+
+#: A job handler: called with the claimed job; returning means success.
+Handler = Callable[[AsyncJobHandle], Awaitable[Any]]
+
+#: Jobs a runner starts back to back before it lets the other loops in.
+YIELD_EVERY = 16
+
+
+class AsyncRunners:
+    """The runner loops (:meth:`run`, one per index) and the job each runs.
+    ``holding[i]`` is 1 from just before runner i pops a job until the job's
+    outcome (or release) is handed on, so no job is ever out of the claim
+    loop's sight between the buffer and the settler (threads)."""
+
+    def __init__(
+        self,
+        handler: Handler,
+        *,
+        concurrency: int,
+        fail_on: tuple[type[BaseException], ...],
+        buffer: PrefetchBuffer[AsyncJobHandle],
+        in_flight: InFlight[Running],
+        settler: AsyncSettlementBatcher,
+        heartbeater: AsyncHeartbeater,
+        heartbeat: bool,
+        tally: Tally,
+        life: Lifecycle,
+        wake: AsyncEvent,
+        filled: AsyncEvent,
+        poll_interval: float,
+        burst: bool,
+    ) -> None:
+        self.handler = handler
+        self.fail_on = fail_on
+        self.holding = [0] * concurrency
+        self._buffer = buffer
+        self._in_flight = in_flight
+        self._settler = settler
+        self._heartbeater = heartbeater
+        self._heartbeat = heartbeat
+        self._tally = tally
+        self._life = life
+        self._wake = wake
+        self._filled = filled
+        self._poll_interval = poll_interval
+        self._burst = burst
+        self.debug = False  # log each job (set at run: whether DEBUG is enabled)
+
+    async def run(self, index: int) -> None:
+        """Runner ``index``: start buffered jobs one after the other until
+        the worker stops claiming."""
+        buffer = self._buffer
+        jobs = buffer.jobs
+        holding = self.holding
+        started = 0
+        while self._life.state is WorkerState.RUNNING:
+            holding[index] = 1
+            try:
+                handle, claimed, start_by = jobs.popleft()
+            except IndexError:
+                holding[index] = 0
+                self._filled.clear()
+                if not jobs:
+                    self._wake.set()
+                    await self._filled.wait(self._poll_interval)
+                continue
+            if len(jobs) <= buffer.low and not buffer.asked and (not buffer.drained or not jobs):
+                # Down to half: time to claim more. Asked once per look of the
+                # claim loop (a set per job kept the event set, and the yield
+                # below made a loop iteration per job while a claim was out).
+                buffer.asked = True
+                self._wake.set()
+            now = time.monotonic()
+            if now > start_by or self._life.state is not WorkerState.RUNNING:
+                # Its lease might lapse before a heartbeat: give it back unstarted.
+                buffer.unstarted.append(handle.job)
+                holding[index] = 0
+                self._wake.set()
+                continue
+            try:
+                await self._process(handle, claimed, now)
+            finally:
+                holding[index] = 0
+            started += 1
+            # Let the claim loop, the settler and the other runners in every
+            # few jobs (a yield per job is a loop iteration per job, most of a
+            # no-op job's cost), and after every job while a wake-up waits for
+            # the claim loop to take it (it takes a few loop iterations).
+            if started % YIELD_EVERY == 0 or self._wake.is_set():
+                await AsyncRuntime.yield_now()
+
+    async def _process(self, handle: AsyncJobHandle, claimed: float, now: float) -> None:
+        job = handle.job
+        interval = lease_margin(job.visibility_timeout_s)
+        running = Running(handle, started=now, interval=interval,
+                          next_beat=claimed + interval if self._heartbeat else math.inf)
+        self._in_flight.add(running)
+        tally = self._tally
+        with tally.lock:
+            tally.counts.claimed += 1
+        if running.next_beat < now + self._poll_interval:
+            self._heartbeater.poke()
+        debug = self.debug
+        if debug:
+            logger.debug("job %d started (attempt %d)", job.id, job.attempts, extra=tally.fields(job))
+        try:
+            error: Exception | None = None
+            try:
+                await self.handler(handle)
+            except Exception as caught:
+                error = caught
+            duration = time.monotonic() - now
+            observer = tally.observer
+            if observer is not None:
+                observer.on_handler(duration)
+            if self._life.state in ABANDONED:
+                return  # past the grace period: the job is left to lease expiry
+            if error is None:
+                if debug:
+                    logger.debug("job %d done in %.3fs", job.id, duration,
+                                 extra=tally.fields(job, duration_s=duration))
+                self._settler.add(Outcome(handle, "ack", None, None, duration))
+            else:
+                failed = isinstance(error, self.fail_on)
+                self._settler.add(Outcome(handle, "fail" if failed else "retry", error_text(error), error, duration))
+        finally:
+            self._in_flight.remove(running)
+            if self._burst and not self._buffer.jobs:
+                self._wake.set()  # maybe the last: the claim loop looks whether the burst is over
