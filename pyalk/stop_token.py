@@ -1,7 +1,7 @@
 """Stop tokens: how a caller tells a long-running pyalk loop
 (:func:`run_schedules <pyalk._async.schedule.run_schedules>`) to return.
 
-Two hand-written forms side by side, like pyalk/worker_runtime.py: the
+Two hand-written forms side by side, like pyalk/runtime.py: the
 asyncio one (:class:`AsyncStopToken`) and the threaded one
 (:class:`StopToken`). tools/unasync.py turns ``AsyncStopToken`` in the async
 source into ``StopToken`` in the generated sync code, and both offer the same

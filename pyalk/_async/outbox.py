@@ -1,5 +1,5 @@
-"""The outbox: bindings of alk.outbox_enqueue, alk.outbox_claim and the
-delivery loop step ``run_once``.
+"""The outbox: bindings of alk.outbox_enqueue, alk.outbox_claim, the
+delivery loop step ``run_once`` and the relay loop ``run`` around it.
 
 The rules (backing queue ``alk:outbox:<name>``, the outbox stamps, claim,
 fencing, backoff) are in sql/versions/0004_outbox.sql and 0002_queue.sql;
@@ -10,17 +10,22 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from pyalk import _codec
 from pyalk._async.queue import ENQUEUE_OPTIONS, AsyncJobHandle, enqueue_params
+from pyalk.backoff import Backoff
+from pyalk.errors import TRANSIENT_ERRORS, InvalidArgument
 from pyalk.values import JOB_COLUMNS, Job, QueueOpts, job_from_row
+from pyalk.worker.errors import one_line
 
 if TYPE_CHECKING:
     from psycopg import AsyncConnection
 
     from pyalk._async.executor import AsyncExecutor
+    from pyalk.stop_token import AsyncStopToken
 
 logger = logging.getLogger("pyalk.outbox")
 
@@ -42,6 +47,21 @@ _GET_JOB = (
 #: What a delivery callable receives: the claimed message, whose ``payload``
 #: is the enqueued value and whose ``heartbeat`` extends a long delivery.
 Delivery = Callable[[AsyncJobHandle], Awaitable[None]]
+
+
+#: The first pause after a transient database error in :meth:`AsyncOutbox.run`;
+#: it doubles up to the loop's ``poll_interval``.
+_RETRY_FIRST = 0.1
+
+
+@dataclass(slots=True)
+class RelayCounts:
+    """What one :meth:`AsyncOutbox.run` did: deliveries that returned (the
+    message acked) and deliveries that raised (retried, or dead once its
+    attempts were spent)."""
+
+    delivered: int = 0
+    failed: int = 0
 
 
 def _error_text(error: BaseException) -> str:
@@ -166,3 +186,61 @@ class AsyncOutbox:
                 message.job.attempts,
             )
         return True
+
+    async def run(
+        self,
+        stop: AsyncStopToken,
+        delivery: Delivery,
+        *,
+        worker_id: str | None = None,
+        poll_interval: float = 1.0,
+        burst: bool = False,
+    ) -> RelayCounts:
+        """The relay loop: deliver every due message, one :meth:`run_once` at
+        a time, until ``stop`` is cancelled; what it did.
+
+        When nothing is due it looks again every ``poll_interval`` seconds
+        (a cancel wakes it at once); with ``burst`` it returns instead.
+        ``worker_id`` names its claims (default ``relay:<outbox>``). A
+        delivery that raises is logged with its error (a retry keeps no
+        error text on the row) and retried by the message's backoff. A lost
+        connection or a failed checkout (``pyalk.errors.TRANSIENT_ERRORS``)
+        is logged and tried again after a growing pause, up to
+        ``poll_interval``; any other error is raised.
+        """
+        worker_id = f"relay:{self.name}" if worker_id is None else str(_codec.text(worker_id, "worker_id"))
+        if isinstance(poll_interval, bool) or not isinstance(poll_interval, int | float) or not poll_interval > 0:
+            raise InvalidArgument(f"poll_interval must be a number of seconds > 0, got {poll_interval!r}")
+        counts = RelayCounts()
+        extra = {"outbox": self.name, "worker_id": worker_id}
+
+        async def counted(message: AsyncJobHandle) -> None:
+            try:
+                await delivery(message)
+            except Exception as error:
+                counts.failed += 1
+                job = message.job
+                then = "dead" if job.attempts_spent >= job.max_attempts else "retried later"
+                logger.warning("outbox %r: message %s (attempt %s of %s) not delivered, %s: %s: %s", self.name,
+                               message.id, job.attempts, job.max_attempts, then, type(error).__name__, error,
+                               extra={**extra, "job_id": message.id})
+                raise
+            counts.delivered += 1
+
+        failing = Backoff(_RETRY_FIRST, poll_interval)
+        while not stop.is_cancelled():
+            try:
+                if await self.run_once(worker_id, counted):
+                    failing.reset()
+                    continue
+            except TRANSIENT_ERRORS as error:
+                pause = failing.next()
+                logger.warning("outbox %r: database unavailable (%s); trying again in %.1fs", self.name,
+                               one_line(error), pause, extra=extra)
+                await stop.wait(pause)
+                continue
+            failing.reset()
+            if burst:
+                break
+            await stop.wait(poll_interval)  # nothing due: look again then
+        return counts

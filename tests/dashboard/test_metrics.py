@@ -13,7 +13,9 @@ import pytest
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
-from pyalk import Alk, QueueOpts, cli_dashboard
+from pyalk import Alk, QueueOpts
+from pyalk.cli import dashboard as cli_dashboard
+from pyalk.cli.common import literal_console
 from pyalk.dashboard import metrics
 from pyalk.worker.observer import WorkerObserver
 from tests.dashboard.conftest import HOSTILE, ROOT, free_port
@@ -95,7 +97,7 @@ def test_without_the_extra_the_cli_says_how_to_get_it(monkeypatch):
     monkeypatch.setattr(cli_dashboard.importlib.util, "find_spec",
                         lambda name, *a: None if name == "uvicorn" else real(name, *a))
     with pytest.raises(cli_dashboard.ExtraMissing) as caught:
-        cli_dashboard.cmd_dashboard(cli_dashboard.argparse.Namespace(read_only=False), "dbname=x")
+        cli_dashboard.cmd_dashboard(cli_dashboard.argparse.Namespace(read_only=False), literal_console())
     assert str(caught.value).endswith("pip install 'pyalk[dashboard]'")
     assert "\n" not in str(caught.value)
 

@@ -43,9 +43,11 @@ from this package; the primitives that differ (tasks vs threads, signals)
 are in pyalk/runtime.py.
 """
 
-from pyalk._async.worker.advert import BUSY_POLL
-from pyalk._async.worker.lifecycle import SETTLE_INTERVAL, AsyncWorker
-from pyalk._async.worker.runners import Handler
-from pyalk.worker.buffer import PREFETCH, REFILL_AT
-
-__all__ = ["BUSY_POLL", "PREFETCH", "REFILL_AT", "SETTLE_INTERVAL", "AsyncWorker", "Handler"]
+# Re-exported with "as" (not __all__ strings, which the sync generator
+# does not rename), so the threaded package exports Worker.
+from pyalk._async.worker.advert import BUSY_POLL as BUSY_POLL
+from pyalk._async.worker.lifecycle import SETTLE_INTERVAL as SETTLE_INTERVAL
+from pyalk._async.worker.lifecycle import AsyncWorker as AsyncWorker
+from pyalk._async.worker.runners import Handler as Handler
+from pyalk.worker.buffer import PREFETCH as PREFETCH
+from pyalk.worker.buffer import REFILL_AT as REFILL_AT

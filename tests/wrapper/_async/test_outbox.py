@@ -1,18 +1,40 @@
 """The outbox wrapper: enqueue binds alk.outbox_enqueue, run_once claims one
 message, acks a delivery that returns, retries one that raises, and never
-settles a message whose claim it lost."""
+settles a message whose claim it lost; run loops over run_once until its stop
+token is cancelled, through a lost connection.
+
+A relay loop under test runs in the foreground; a driver thread watches the
+database (with deadlines) and acts, then cancels the loop's token. Nothing
+synchronises by sleeping."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+import threading
+import time
+from collections.abc import AsyncIterator, Callable
 
 import psycopg
 import pytest
 
-from pyalk import AsyncAlk, AsyncJobHandle, AsyncOutbox, CodecError, InvalidArgument, InvalidName, QueueOpts
+from pyalk import (
+    AsyncAlk,
+    AsyncJobHandle,
+    AsyncOutbox,
+    AsyncStopToken,
+    CodecError,
+    InvalidArgument,
+    InvalidName,
+    QueueOpts,
+)
+from tests.helpers import until
 
 NOW = 1_700_000_000
+APP = "pyalk-outbox-test"
+DEADLINE = 30.0
+# A cancelled loop returns at once, not at the end of its poll (the tests
+# make it a minute): this bound is generous for a loaded machine.
+PROMPT = 2.0
 
 
 class Stop(BaseException):
@@ -31,6 +53,46 @@ async def conn(dsn: str) -> AsyncIterator[psycopg.AsyncConnection]:
 @pytest.fixture
 def alk(conn: psycopg.AsyncConnection) -> AsyncAlk:
     return AsyncAlk(conn)
+
+
+@pytest.fixture
+async def relay(dsn: str) -> AsyncIterator[AsyncAlk]:
+    """A client on its own pool, on the wall clock, as a relay process has."""
+    async with AsyncAlk(f"{dsn} application_name={APP}") as client:
+        yield client
+
+
+class Driver:
+    """A thread that drives the test while the loop runs in the foreground;
+    it always ends by cancelling the loop's token, so a failed wait cannot
+    hang the test. ``join`` re-raises what the body raised."""
+
+    def __init__(self, body: Callable[[], None], stop: AsyncStopToken) -> None:
+        self.errors: list[BaseException] = []
+        self.cancelled_at = 0.0
+
+        def run() -> None:
+            try:
+                body()
+            except BaseException as error:
+                self.errors.append(error)
+            finally:
+                self.cancelled_at = time.monotonic()
+                stop.cancel()
+
+        self.thread = threading.Thread(target=run, daemon=True)
+        self.thread.start()
+
+    def join(self) -> None:
+        self.thread.join(DEADLINE)
+        assert not self.thread.is_alive(), "the driver thread did not finish"
+        if self.errors:
+            raise self.errors[0]
+
+
+def gone(db: psycopg.Connection, job_id: int) -> Callable[[], bool]:
+    """Whether the message was delivered (acked rows are deleted)."""
+    return lambda: db.execute("SELECT 1 FROM alk.jobs WHERE id = %s", [job_id]).fetchone() is None
 
 
 async def pin(connection: psycopg.AsyncConnection, at: int) -> None:
@@ -233,3 +295,111 @@ async def test_bad_names_and_values_are_refused(alk, db):
     with pytest.raises(InvalidArgument, match="delay"):
         await alk.outbox("billing").enqueue(1, delay=2**63)
     assert db.execute("SELECT count(*) FROM alk.jobs").fetchone() == (0,)
+
+
+# run: the relay loop ----------------------------------------------------------------------
+
+
+async def test_run_delivers_every_due_message_and_returns_in_burst_mode(alk, db):
+    outbox = alk.outbox("billing")
+    ids = await outbox.enqueue_batch([{"invoice": i} for i in range(3)])
+    seen: list[tuple[object, str | None]] = []
+
+    async def deliver(message: AsyncJobHandle) -> None:
+        seen.append((message.payload, message.job.worker_id))
+
+    counts = await outbox.run(AsyncStopToken(), deliver, burst=True)
+    assert (counts.delivered, counts.failed) == (3, 0)
+    assert seen == [({"invoice": i}, "relay:billing") for i in range(3)]
+    assert all(row(db, job_id) is None for job_id in ids)
+
+
+async def test_run_retries_a_delivery_that_raises_and_logs_why(alk, db, caplog):
+    outbox = alk.outbox("billing")
+    down = await outbox.enqueue("down")
+    last = await outbox.enqueue("down", max_attempts=1)
+    delivered = await outbox.enqueue({"invoice": 3})
+
+    async def deliver(message: AsyncJobHandle) -> None:
+        if message.payload == "down":
+            raise ConnectionError("ledger unreachable")
+
+    with caplog.at_level(logging.WARNING, logger="pyalk.outbox"):
+        counts = await outbox.run(AsyncStopToken(), deliver, worker_id="relay-7", burst=True)
+    assert (counts.delivered, counts.failed) == (1, 2)
+    found = row(db, down)
+    assert found is not None and (found["state"], found["attempts"], found["run_at"]) == ("pending", 1, NOW + 5)
+    found = row(db, last)
+    assert found is not None and (found["state"], found["last_error"]) == ("dead", "ledger unreachable")
+    assert row(db, delivered) is None
+    assert (f"outbox 'billing': message {down} (attempt 1 of 5) not delivered, retried later: "
+            "ConnectionError: ledger unreachable") in caplog.text
+    assert f"message {last} (attempt 1 of 1) not delivered, dead: ConnectionError" in caplog.text
+
+
+async def test_run_returns_at_once_when_its_token_is_cancelled(relay, db):
+    outbox = relay.outbox("billing")
+    first = await outbox.enqueue({"invoice": 1})
+    stop = AsyncStopToken()
+    seen: list[object] = []
+
+    async def deliver(message: AsyncJobHandle) -> None:
+        seen.append(message.payload)
+
+    # The poll is a minute: only the cancel can end the idle loop in time.
+    driver = Driver(lambda: until(gone(db, first), "the first message delivered"), stop)
+    counts = await outbox.run(stop, deliver, poll_interval=60)
+    returned_at = time.monotonic()
+    driver.join()
+    assert returned_at - driver.cancelled_at < PROMPT
+    assert (counts.delivered, counts.failed) == (1, 0) and seen == [{"invoice": 1}]
+    # A token cancelled before the start: nothing is claimed.
+    second = await outbox.enqueue({"invoice": 2})
+    counts = await outbox.run(stop, deliver)
+    assert (counts.delivered, counts.failed) == (0, 0)
+    found = row(db, second)
+    assert found is not None and found["state"] == "pending"
+
+
+async def test_run_survives_its_connection_being_terminated(relay, db, dsn, caplog):
+    outbox = relay.outbox("billing")
+    stop = AsyncStopToken()
+    seen: list[object] = []
+
+    async def deliver(message: AsyncJobHandle) -> None:
+        seen.append(message.payload)
+
+    def drive() -> None:
+        # Hold the jobs table so the relay's next claim waits on the lock,
+        # then kill the relay's backend in that wait: the claim fails with a
+        # lost connection, as in a server restart.
+        with psycopg.connect(dsn) as locker:
+            locker.execute("LOCK TABLE alk.jobs IN ACCESS EXCLUSIVE MODE")
+            waiting = "SELECT pid FROM pg_stat_activity WHERE application_name = %s AND wait_event_type = 'Lock'"
+            until(lambda: db.execute(waiting, [APP]).fetchone() is not None, "the relay's claim to wait on the lock")
+            killed = db.execute(f"SELECT count(pg_terminate_backend(pid)) FROM ({waiting}) w", [APP]).fetchone()
+            assert killed == (1,)
+            locker.rollback()
+        job_id = db.execute("SELECT alk.outbox_enqueue('billing', '{\"invoice\": 1}'::jsonb)").fetchone()[0]  # type: ignore[index]
+        until(gone(db, job_id), "a message delivered after the kill")
+
+    with caplog.at_level(logging.WARNING, logger="pyalk.outbox"):
+        driver = Driver(drive, stop)
+        counts = await outbox.run(stop, deliver, poll_interval=0.05)
+        driver.join()
+    assert (counts.delivered, counts.failed) == (1, 0) and seen == [{"invoice": 1}]
+    assert "outbox 'billing': database unavailable (AdminShutdown: terminating connection" in caplog.text
+
+
+async def test_run_arguments(alk):
+    async def deliver(message: AsyncJobHandle) -> None:
+        raise AssertionError("unreachable")
+
+    stop = AsyncStopToken()
+    for bad in (0, -1.0, True, "1"):
+        with pytest.raises(InvalidArgument, match="poll_interval"):
+            await alk.outbox("billing").run(stop, deliver, poll_interval=bad)  # type: ignore[arg-type]
+    with pytest.raises(InvalidName, match="worker_id"):
+        await alk.outbox("billing").run(stop, deliver, worker_id="")
+    with pytest.raises(InvalidName, match="reserved prefix"):
+        await alk.outbox("alk:x").run(stop, deliver, burst=True)

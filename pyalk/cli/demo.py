@@ -3,6 +3,8 @@ threads, and show what happened. Everything goes through the public API."""
 
 from __future__ import annotations
 
+import argparse
+import os
 import random
 import threading
 import time
@@ -13,7 +15,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
-from pyalk import Alk, QueueOpts
+from pyalk import Alk, QueueOpts, embedded
+from pyalk.cli.common import Commands, default_of
+from pyalk.cli.server import print_server
 from pyalk.schema import migrate
 
 
@@ -85,3 +89,34 @@ def run(conninfo: str, *, jobs: int = 5000, workers: int = 4, console: Console |
     table.add_row("work rate", f"{(tally.done + tally.failed) / worked_s:,.0f} jobs/s")
     console.print(table)
     return tally
+
+
+def cmd_demo(args: argparse.Namespace, console: Console) -> None:
+    dsn = args.dsn or os.environ.get("PYALK_DSN")
+    if dsn:
+        run(dsn, jobs=args.jobs, workers=args.workers, console=console)
+        return
+    # A server that was already running (pyalk server start) stays running.
+    keep = args.keep_server or embedded.info().running
+    console.print("starting an embedded PostgreSQL ...")
+    dsn = embedded.start(stop_at_exit=not keep)
+    run(dsn, jobs=args.jobs, workers=args.workers, console=console)
+    server = embedded.info()
+    if keep:
+        print_server(server, console, "the embedded PostgreSQL keeps running")
+    else:
+        embedded.stop(server.data_dir)
+        console.print(f"the embedded PostgreSQL stopped; its data stays in {server.data_dir}", soft_wrap=True)
+        console.print("  reuse it:  pyalk server start  (or pyalk demo --keep-server)", soft_wrap=True)
+        console.print("  remove it: pyalk server stop --delete", soft_wrap=True)
+
+
+def register(commands: Commands) -> None:
+    demo = commands.add_parser("demo", help="run a demo on an embedded PostgreSQL (or --dsn)")
+    demo.add_argument("--dsn", help="use this database instead of an embedded server")
+    demo.add_argument("--jobs", type=int, default=default_of(run, "jobs"),
+                      help="jobs to enqueue and work (default: %(default)s)")
+    demo.add_argument("--workers", type=int, default=default_of(run, "workers"),
+                      help="worker threads (default: %(default)s)")
+    demo.add_argument("--keep-server", action="store_true", help="leave the embedded server running")
+    demo.set_defaults(run=cmd_demo)

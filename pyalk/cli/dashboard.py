@@ -1,6 +1,6 @@
 """The ``pyalk dashboard`` and ``pyalk metrics`` commands, and the worker's
-``--metrics-port`` (docs/dashboard.md). Kept apart from pyalk/cli.py: they
-need the optional ``dashboard`` extra, imported only when a command runs."""
+``--metrics-port`` (docs/dashboard.md). They need the optional ``dashboard``
+extra, imported only when a command runs."""
 
 from __future__ import annotations
 
@@ -9,8 +9,11 @@ import importlib
 import importlib.util
 import os
 import threading
-from collections.abc import Callable
 from typing import Any
+
+from rich.console import Console
+
+from pyalk.cli.common import Commands, database, database_options, port
 
 HINT = "pip install 'pyalk[dashboard]'"
 _EXTRA = ("starlette", "jinja2", "uvicorn", "prometheus_client")
@@ -26,13 +29,6 @@ def _require_extra(command: str) -> None:
         raise ExtraMissing(f"pyalk {command} needs the dashboard extra ({', '.join(missing)} missing): {HINT}")
 
 
-def _port(text: str) -> int:
-    value = int(text)
-    if not 0 < value < 65536:
-        raise argparse.ArgumentTypeError(f"must be 1 to 65535, got {value}")
-    return value
-
-
 def _exact_limit(text: str) -> int:
     value = int(text)
     if value < -1:
@@ -40,8 +36,9 @@ def _exact_limit(text: str) -> int:
     return value
 
 
-def cmd_dashboard(args: argparse.Namespace, dsn: str) -> None:
+def cmd_dashboard(args: argparse.Namespace, console: Console) -> None:
     _require_extra("dashboard")
+    dsn = database(args)
     uvicorn = importlib.import_module("uvicorn")
     app_module = importlib.import_module("pyalk.dashboard.app")
     token = os.environ.get("PYALK_DASHBOARD_TOKEN") or None
@@ -51,37 +48,37 @@ def cmd_dashboard(args: argparse.Namespace, dsn: str) -> None:
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False)
 
 
-def cmd_metrics(args: argparse.Namespace, dsn: str) -> None:
+def cmd_metrics(args: argparse.Namespace, console: Console) -> None:
     _require_extra("metrics")
+    dsn = database(args)
     metrics = importlib.import_module("pyalk.dashboard.metrics")
     metrics.serve(args.port, args.host, conninfo=dsn)
     print(f"pyalk metrics on http://{args.host}:{args.port}/metrics", flush=True)
     threading.Event().wait()  # the exporter serves from its own thread until interrupted
 
 
-def add_commands(commands: Any, database_options: Callable[[argparse.ArgumentParser], None],
-                 run: Callable[[Callable[[argparse.Namespace, str], None]], Any]) -> None:
-    """Register ``dashboard`` and ``metrics``; ``run`` wraps a command taking
-    the parsed arguments and the database's conninfo into the CLI's form."""
+def register(commands: Commands) -> None:
     dashboard = commands.add_parser("dashboard", help="serve the web dashboard (needs pyalk[dashboard])")
-    dashboard.add_argument("--host", default="127.0.0.1", help="address to bind (127.0.0.1)")
-    dashboard.add_argument("--port", type=_port, default=8080, help="port (8080)")
+    dashboard.add_argument("--host", default="127.0.0.1", help="address to bind (default: %(default)s)")
+    dashboard.add_argument("--port", type=port, default=8080, help="port (default: %(default)s)")
     dashboard.add_argument("--read-only", action="store_true", help="offer no actions, whatever the role may do")
+    # The dashboard's own limit (pyalk.dashboard.data.EXACT_LIMIT) is not read
+    # here: that would import the optional extra for every command's parser.
     dashboard.add_argument("--exact-limit", type=_exact_limit, metavar="N",
-                           help="count each queue's states exactly up to N and estimate past it (1000; -1: always "
-                                "exact, at a cost linear in the jobs)")
+                           help="count each queue's states exactly up to N and estimate past it (default: the "
+                                "dashboard's, docs/dashboard.md; -1: always exact, at a cost linear in the jobs)")
     database_options(dashboard)
-    dashboard.set_defaults(run=run(cmd_dashboard))
+    dashboard.set_defaults(run=cmd_dashboard)
 
     exporter = commands.add_parser("metrics", help="serve Prometheus metrics of queues and streams")
-    exporter.add_argument("--host", default="127.0.0.1", help="address to bind (127.0.0.1)")
-    exporter.add_argument("--port", type=_port, default=9464, help="port (9464)")
+    exporter.add_argument("--host", default="127.0.0.1", help="address to bind (default: %(default)s)")
+    exporter.add_argument("--port", type=port, default=9464, help="port (default: %(default)s)")
     database_options(exporter)
-    exporter.set_defaults(run=run(cmd_metrics))
+    exporter.set_defaults(run=cmd_metrics)
 
 
 def add_worker_option(worker: argparse.ArgumentParser) -> None:
-    worker.add_argument("--metrics-port", type=_port,
+    worker.add_argument("--metrics-port", type=port,
                         help="serve this worker's counters and latencies and the queue's depth as Prometheus "
                              "metrics on 127.0.0.1:PORT (needs pyalk[dashboard])")
 
