@@ -3,8 +3,8 @@ alk.release_lock and alk.get_lock for one (name, owner), and the context
 manager that takes, keeps and frees one.
 
 The rules (free or expired acquires, the holder's re-acquire renews, ttl <= 0
-refused, saturating expiry, who may renew and release) are in
-sql/versions/0005_lock.sql; this module binds them. What SQL cannot do on its
+refused, saturating expiry, who may renew and release) are in sql/lock.sql
+(docs/contract.md#locks); this module binds them. What SQL cannot do on its
 own is here: waiting for a held lock (polling with a backoff) and renewing
 while the block runs (a background task)::
 

@@ -3,7 +3,7 @@ checkpoints, plus :class:`AsyncSubscription`, an iterator that replays from a
 consumer's checkpoint and then tails the stream with LISTEN/NOTIFY.
 
 Every rule (offsets, commit order, monotone checkpoints, extents, trims) is in
-sql/versions/0003_stream.sql; this module encodes arguments, decodes rows and
+sql/stream.sql (docs/contract.md#streams); this module encodes arguments, decodes rows and
 waits for wake-ups.
 """
 

@@ -3,7 +3,7 @@
 delivery loop step ``run_once`` and the relay loop ``run`` around it.
 
 The rules (backing queue ``alk:outbox:<name>``, the outbox stamps, claim,
-fencing, backoff) are in sql/versions/0004_outbox.sql and 0002_queue.sql;
+fencing, backoff) are in sql/outbox.sql and sql/queue/ (docs/contract.md#outbox);
 this module encodes arguments, decodes rows and settles a delivery.
 """
 

@@ -1,7 +1,7 @@
 """Whether this pyalk can run on the schema a database has installed.
 
 The schema says its version and the newest version that broke older clients
-(``alk.schema_info()``, sql/versions/0008_schema.sql). This pyalk needs the
+(``alk.schema_info()``, sql/core.sql). This pyalk needs the
 head of the chain it ships and understands schemas up to that head; a newer
 schema is fine unless it broke clients of this head's age.
 """
