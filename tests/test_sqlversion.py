@@ -45,7 +45,8 @@ def test_diff_finds_an_edited_comment_and_prints_its_replacement(pg_server, tmp_
     assert sqlversion.diff(pg_server.dsn).empty()
     copies = []
     for path in pyalk.schema.install.current_files():
-        copies.append(tmp_path / path.name)
+        copies.append(tmp_path / pyalk.schema.install.current_name(path))  # queue/10_table.sql keeps its folder
+        copies[-1].parent.mkdir(exist_ok=True)
         shutil.copy(path, copies[-1])
     lock = tmp_path / "lock.sql"
     text = lock.read_text().replace("'A lock as alk.get_lock returns it", "'A lock, as alk.get_lock returns it")

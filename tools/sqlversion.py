@@ -1,6 +1,6 @@
 """Maintainer tool for the SQL change flow (docs/migrations.md, "How to change a rule").
 
-    python tools/sqlversion.py diff [--dsn DSN]          what sql/<mechanism>.sql changes against the chain
+    python tools/sqlversion.py diff [--dsn DSN]          what the current files change against the chain
     python tools/sqlversion.py new NAME [--from-diff]    the next version file, its Alembic revision, its MANIFEST line
     python tools/sqlversion.py pin                       refresh MANIFEST lines of versions not yet on main
     python tools/sqlversion.py check                     MANIFEST and the Alembic revisions match sql/versions
@@ -8,7 +8,8 @@
 ``diff`` installs the chain and the current files into two scratch databases
 on the server of --dsn (or PYALK_DEV_DSN), compares their catalogs and prints,
 for every changed or new function, its CREATE OR REPLACE and COMMENT ON block
-from the current file; other differences (tables, types, indexes) are listed
+from the current file that holds it (``current_files()``: sql/<mechanism>.sql
+or a file of sql/<mechanism>/); other differences (tables, types, indexes) are listed
 for the maintainer to write as ALTERs.
 """
 
@@ -137,7 +138,7 @@ def diff(dsn: str) -> Diff:
     changed = [_signature_key(key) for key in sorted(new) if old.get(key) != new[key]]
     missing = [key for key in changed if key not in blocks]
     if missing:
-        raise ValueError(f"no COMMENT ON FUNCTION with this signature in sql/*.sql: {missing}")
+        raise ValueError(f"no COMMENT ON FUNCTION with this signature in the current files: {missing}")
     other = {}
     for part, rows in current.items():
         before = chain[part]
@@ -232,7 +233,8 @@ def new_version(name: str, body: str) -> Path:
     previous = head()
     number = f"{int(previous) + 1:04d}"
     path = VERSIONS / f"{number}_{name}.sql"
-    header = f"-- pyalk {number}: {name} (what changes and why; the rule itself lives in sql/<mechanism>.sql).\n"
+    header = (f"-- pyalk {number}: {name} (what changes and why; the rule itself lives in sql/<mechanism>.sql "
+              "or sql/<mechanism>/).\n")
     path.write_text(f"{header}\n{body.rstrip()}\n\n{REVOKE}\n", encoding="utf-8")
     revision = ROOT / "alembic" / "versions" / f"{number}_{name}.py"
     revision.write_text(ALEMBIC.format(number=number, name=name, previous=previous), encoding="utf-8")

@@ -1,7 +1,9 @@
-"""The queue: bindings of every queue function: alk.enqueue, alk.claim and
-the claimed-job ops (sql/versions/0002_queue.sql), and the observability ones
-alk.queue_stats, alk.next_claim_at, alk.list_jobs, alk.requeue_dead and
-alk.queue_channel (0007_worker.sql).
+"""The queue: bindings of the queue functions, defined in sql/queue/ (one file
+per concern): the wake-up handshake (alk.queue_channel, alk.wait_for_jobs,
+alk.wake_fence, alk.stop_waiting), alk.enqueue, alk.claim and alk.next_claim_at,
+the claimed-job ops (ack, retry, fail, heartbeat, settle, release_jobs,
+settle_and_claim), control (cancel, get_job, sweep_expired, requeue_dead,
+pause_queue, resume_queue) and alk.queue_stats and alk.list_jobs.
 
 Every rule (ready time, stamps, claim order, fencing, backoff, expiry) is in
 the SQL; this module only encodes arguments and decodes rows.

@@ -1,8 +1,9 @@
 """The versioned SQL scripts and the install script for psql users.
 
 ``sql/versions/NNNN_<mechanism>.sql`` are immutable once landed; the chain
-is their order. ``sql/<mechanism>.sql`` (``CURRENT``) are the current
-definition, which a fresh install may run instead (``current_script``); the
+is their order. ``current_files()`` are the current definition, one
+``sql/<mechanism>.sql`` or one folder ``sql/<mechanism>/`` per mechanism of
+``CURRENT``, which a fresh install may run instead (``current_script``); the
 migration tests prove both give the same catalog. A psql install runs them in one transaction and records the
 head in ``alk.alembic_version``, the same table Alembic keeps, so either path
 can take over from the other.
@@ -43,12 +44,35 @@ def versions() -> list[Version]:
     return found
 
 
-#: The current definition, one file per mechanism, in dependency order.
+#: The current definition, by mechanism in dependency order.
 CURRENT = ("core", "queue", "stream", "outbox", "lock", "schedule", "security")
 
 
 def current_files() -> list[Path]:
-    return [sql_dir() / f"{name}.sql" for name in CURRENT]
+    """The current files in install order: per mechanism of ``CURRENT``, its
+    folder ``sql/<mechanism>/`` (every ``*.sql`` in it, by name: a mechanism too
+    long for one file, cut by concern as 10_table.sql, 20_wake.sql, ...) or else
+    its file ``sql/<mechanism>.sql``. One place decides this; every reader of
+    the current definition goes through it."""
+    files: list[Path] = []
+    for name in CURRENT:
+        folder, single = sql_dir() / name, sql_dir() / f"{name}.sql"
+        if folder.is_dir():
+            if single.exists():
+                raise FileNotFoundError(f"{single} and {folder}/ both exist: a mechanism is one or the other")
+            parts = sorted(folder.glob("*.sql"))
+            if not parts:
+                raise FileNotFoundError(f"{folder}/ holds no .sql file")
+            files += parts
+        else:
+            files.append(single)
+    return files
+
+
+def current_name(path: Path) -> str:
+    """A current file's name under sql/: ``core.sql``, ``queue/40_claim.sql``
+    (read from the path alone, so a copy elsewhere keeps its name)."""
+    return f"{path.parent.name}/{path.name}" if path.parent.name in CURRENT else path.name
 
 
 def head() -> str:
@@ -84,11 +108,11 @@ def install_script(after: str | None = None) -> str:
 
 
 def current_script() -> str:
-    """A fresh install from the current definition (sql/<mechanism>.sql),
+    """A fresh install from the current definition (``current_files``),
     recorded as the head version; it refuses a database that has pyalk."""
     parts = _preamble(None)
     for path in current_files():
-        parts.append(f"-- current: {path.name}")
+        parts.append(f"-- current: {current_name(path)}")
         parts.append(path.read_text(encoding="utf-8"))
     parts += _record(head())
     parts.append("COMMIT;")

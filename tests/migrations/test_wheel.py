@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from pyalk.schema import migrate
-from pyalk.schema.install import current_files, head, versions
+from pyalk.schema.install import current_files, current_name, head, versions
 from tests.migrations.catalog import snapshot
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -28,7 +28,7 @@ def test_wheel_installs_into_a_fresh_venv_and_migrates(tmp_path, empty_db):
         assert f"pyalk/sql/versions/{version.path.name}" in names
         assert f"pyalk/alembic/versions/{version.number}_{version.mechanism}.py" in names
     for path in current_files():
-        assert f"pyalk/sql/{path.name}" in names
+        assert f"pyalk/sql/{current_name(path)}" in names
     assert "pyalk/sql/versions/MANIFEST" in names
     assert "pyalk/alembic/env.py" in names and "pyalk/py.typed" in names
 

@@ -1,0 +1,172 @@
+-- pyalk queue, its tables and the rules every other part shares (docs/contract.md#queue).
+--
+-- sql/queue/ is the queue's current definition, cut by concern; a fresh
+-- install runs its files in name order (pyalk/schema/install.py,
+-- current_files), an upgrade runs the version files, and tests/migrations
+-- proves both give the same catalog. Edit here, then add a version file
+-- (docs/migrations.md). Order: tables, wake-ups, enqueue, claim, settle,
+-- control, observe, throughput; each file's statements need only what an
+-- earlier file made (PL/pgSQL bodies resolve at run time: settle's write
+-- 80_throughput.sql's counters).
+--
+-- First because every other part reads these tables and rules. Landed in
+-- 0002_queue.sql; 0009_queue.sql widened the integers and added dedup keys,
+-- refunded attempts, paused_queues and idle_workers; 0012 and 0019 changed
+-- alk._holds.
+
+-- One table holds every job in every queue. A job is pending (waiting for its
+-- run_at), processing (leased to a worker until claim_expires_at) or dead
+-- (kept for inspection until its retention lapses). ack and cancel delete.
+
+CREATE TYPE alk.job AS (
+    id bigint,
+    queue text,
+    state text,
+    payload jsonb,
+    priority bigint,
+    run_at bigint,
+    attempts bigint,
+    max_attempts bigint,
+    worker_id text,
+    claimed_at bigint,
+    claim_expires_at bigint,
+    created_at bigint,
+    expires_at bigint,
+    visibility_timeout_s bigint,
+    backoff_base_s bigint,
+    dead_letter_retention_s bigint,
+    last_error text,
+    died_at bigint,
+    dedup_key text,
+    attempts_refunded bigint
+);
+COMMENT ON TYPE alk.job IS 'A job as every queue function returns it: the resolved row, never the enqueuer''s raw options.';
+
+CREATE TABLE alk.jobs (
+    id bigint GENERATED ALWAYS AS IDENTITY,
+    queue text NOT NULL,
+    state text NOT NULL DEFAULT 'pending',
+    payload jsonb NOT NULL,
+    priority bigint NOT NULL,
+    run_at bigint NOT NULL,
+    -- The fencing token: +1 per claim, never decreases, so a token once
+    -- issued is never valid again (not after release_jobs or requeue_dead).
+    attempts bigint NOT NULL DEFAULT 0,
+    max_attempts bigint NOT NULL,
+    worker_id text,
+    claimed_at bigint,
+    claim_expires_at bigint,
+    created_at bigint NOT NULL,
+    expires_at bigint,
+    visibility_timeout_s bigint NOT NULL,
+    backoff_base_s bigint NOT NULL,
+    dead_letter_retention_s bigint,
+    last_error text,
+    died_at bigint,
+    -- When a dead row's retention ends (alk._purge_at); NULL: kept forever.
+    purge_at bigint,
+    -- While a live (pending or processing) job holds it, an enqueue with the
+    -- same key in the same queue writes nothing (jobs_dedup). NULL: no dedup.
+    dedup_key text,
+    -- Claims given back (release_jobs: one; requeue_dead: all). The attempts
+    -- a job has spent, which claimability, burial and backoff count, are
+    -- attempts - attempts_refunded.
+    attempts_refunded bigint NOT NULL DEFAULT 0,
+    -- The key holds the queue so the table can be hash-distributed by queue;
+    -- id leads it so ops by id (ack, retry, ...) are one probe of one index.
+    CONSTRAINT jobs_pkey PRIMARY KEY (id, queue),
+    CONSTRAINT jobs_state_known CHECK (state IN ('pending', 'processing', 'dead')),
+    CONSTRAINT jobs_queue_named CHECK (queue <> '')
+    -- Cross-column rules (a processing job has a lease, a dead one died_at)
+    -- are the functions' to keep: CHECKs cost every insert and claim ~10 us
+    -- each, and the table has no other writer. The SQL tests pin them.
+);
+COMMENT ON TABLE alk.jobs IS 'Every job of every queue. Private: use the alk.* functions.';
+
+-- The claim path: due pending jobs in claim order. Partial, so processing
+-- and dead rows never cost a claim anything.
+CREATE INDEX jobs_claim_pending ON alk.jobs (queue, priority DESC, run_at, id) WHERE state = 'pending';
+-- Lapsed leases (crashed workers) are found by their deadline.
+CREATE INDEX jobs_claim_lapsed ON alk.jobs (queue, claim_expires_at) WHERE state = 'processing';
+-- Expiry and retention sweeps.
+CREATE INDEX jobs_expiring ON alk.jobs (queue, expires_at) WHERE expires_at IS NOT NULL AND state <> 'dead';
+-- Dead rows, by the end of their retention: the sweep reads only those due.
+CREATE INDEX jobs_dead ON alk.jobs (queue, purge_at) WHERE state = 'dead';
+-- One live job per dedup key and queue; dead rows keep their key for
+-- inspection without holding it. Enqueues insert with ON CONFLICT on it, so
+-- concurrent enqueues of one key leave one row, never a read-then-write race.
+CREATE UNIQUE INDEX jobs_dedup ON alk.jobs (queue, dedup_key) WHERE dedup_key IS NOT NULL AND state <> 'dead';
+
+-- Paused queues (alk.pause_queue): a claim probes this by primary key.
+CREATE TABLE alk.paused_queues (
+    queue text NOT NULL,
+    paused_at bigint NOT NULL,
+    CONSTRAINT paused_queues_pkey PRIMARY KEY (queue)
+);
+COMMENT ON TABLE alk.paused_queues IS 'Queues whose claims return nothing until resumed. Private: use alk.pause_queue.';
+
+-- Workers waiting idle for a queue (alk.wait_for_jobs). Unlogged: an advert
+-- lives no longer than the connection that LISTENs, and a crash loses both.
+CREATE UNLOGGED TABLE alk.idle_workers (
+    queue text NOT NULL,
+    worker_id text NOT NULL,
+    -- The advertising connection's backend pid: adverts of gone connections
+    -- are cleared by the next alk.wait_for_jobs of the queue.
+    pid integer NOT NULL,
+    since bigint NOT NULL,
+    CONSTRAINT idle_workers_pkey PRIMARY KEY (queue, worker_id)
+);
+COMMENT ON TABLE alk.idle_workers IS 'Workers waiting idle for a queue''s NOTIFY. Private: use alk.wait_for_jobs.';
+
+-- A queue table drains and refills all day: vacuum it early and often so dead
+-- index entries from claims and acks do not pile up between runs.
+ALTER TABLE alk.jobs SET (
+    autovacuum_vacuum_scale_factor = 0.01,
+    autovacuum_vacuum_threshold = 500,
+    autovacuum_vacuum_insert_scale_factor = 0.05,
+    autovacuum_analyze_scale_factor = 0.02
+);
+
+-- rules shared by several functions ------------------------------------------
+
+-- The validity predicate of every op on a claimed job (ack, retry, fail,
+-- heartbeat): processing, held by this worker, under the same claim (attempt
+-- is the fencing token the claim returned; NULL skips that check), lease not
+-- lapsed (claim_expires_at >= now). Inlinable (see alk.now in core.sql): it
+-- becomes part of each op's WHERE clause, next to the id's index probe.
+-- The state test is a function call, not the = operator, so it never proves
+-- jobs_claim_lapsed's predicate: otherwise, while few rows are processing,
+-- the planner walks that index (every held row and every dead entry since
+-- the last vacuum, per call) instead of probing jobs_pkey by id.
+CREATE FUNCTION alk._holds(job alk.jobs, worker_id text, attempt bigint, clock bigint)
+RETURNS boolean
+LANGUAGE sql STABLE PARALLEL SAFE
+AS $$
+    SELECT pg_catalog.texteq(job.state, 'processing')
+       AND job.worker_id OPERATOR(pg_catalog.=) worker_id
+       AND (attempt IS NULL OR job.attempts OPERATOR(pg_catalog.=) attempt)
+       AND job.claim_expires_at OPERATOR(pg_catalog.>=) clock
+       AND (NOT alk._limits_active() OR alk._in_scope(job.queue))
+$$;
+COMMENT ON FUNCTION alk._holds(alk.jobs, text, bigint, bigint) IS 'internal: the claimed-job validity predicate (name limits included: a job outside them is never held)';
+
+-- The retention rule: a dead row is deleted once died_at <= now - retention
+-- (saturating). That holds from the instant this returns on (NULL: never),
+-- so the sweep can find due rows through an index instead of testing each.
+CREATE FUNCTION alk._purge_at(died_at bigint, retention bigint)
+RETURNS bigint
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    SELECT CASE
+        WHEN retention IS NULL OR died_at IS NULL THEN NULL
+        -- sat(now - retention) never drops below the minimum, which died_at
+        -- can equal only under a pinned clock: due at once.
+        WHEN died_at OPERATOR(pg_catalog.=) '-9223372036854775808'::bigint THEN '-9223372036854775808'::bigint
+        -- died_at + retention past the maximum: now - retention never reaches died_at.
+        WHEN retention OPERATOR(pg_catalog.>) 0
+         AND died_at OPERATOR(pg_catalog.>) (9223372036854775807 OPERATOR(pg_catalog.-) retention) THEN NULL
+        ELSE alk._sat_add(died_at, retention)
+    END
+$$;
+COMMENT ON FUNCTION alk._purge_at(bigint, bigint) IS
+'internal: the first instant at which a row that died at died_at is past its retention, or NULL for never';

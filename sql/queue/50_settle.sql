@@ -1,0 +1,409 @@
+-- pyalk queue, operations on a claimed job (docs/contract.md#queue): the
+-- settlement rule (alk._settle) and ack, ack_batch, settle, retry, fail,
+-- heartbeat, release_jobs and settle_and_claim, all under the claim's token.
+--
+-- After claim (settle_and_claim calls alk._claim). Every settlement counts
+-- itself in alk.queue_counts (80_throughput.sql; the bodies reach it at run
+-- time only). Landed in 0002_queue.sql; 0009 added alk._settle, settle,
+-- release_jobs and settle_and_claim; changed by 0015, 0019, 0020, 0022, 0023.
+
+-- operations on a claimed job -----------------------------------------------
+
+-- The settlement rule, once: ack, retry and fail of claimed jobs, each under
+-- the validity predicate, applied in one statement; one row per input in
+-- input order with the state it led to ('acked', 'pending', 'dead') or NULL
+-- when refused. A job id repeated in one batch: its first entry is applied,
+-- later ones are refused.
+--
+-- Each statement also counts what it settled for alk.queue_throughput, in
+-- the same statement (no extra one on the hot path): per queue of the rows
+-- it changed (queue may be NULL: any queue), one upsert of this backend's
+-- row of the current minute (alk.queue_counts: concurrent settles never
+-- share a row, so never wait on each other's commit). The upsert that opens
+-- a new minute prunes old rows through alk.queue_counts' insert trigger
+-- (alk._prune_counts), so the retention rule lives once. Both statements
+-- below count the same way, and so do alk.ack's and alk.ack_batch's.
+CREATE FUNCTION alk._settle(queue text, worker_id text, job_ids bigint[], attempts bigint[], outcomes text[],
+                            errs text[], delays bigint[])
+RETURNS TABLE (job_id bigint, attempt bigint, state text)
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+-- No nested loop between the batch and its rows: planned on a table never
+-- analyzed, a plan (generic or custom) joined them that way, the whole
+-- id = ANY (job_ids) list once per input row, quadratic in the batch (57-86
+-- against 6-9 ms for 500 acks until autovacuum came). The rows come from
+-- jobs_pkey by id = ANY (job_ids) and meet the batch in a hash join.
+SET enable_nestloop = off
+AS $$
+#variable_conflict use_column
+DECLARE
+    clock bigint := alk.now();
+    wid text := alk._name_ok('worker_id', _settle.worker_id, true);
+    k bigint := coalesce(cardinality(_settle.job_ids), 0);
+    bad bigint;
+    all_ack boolean := true;
+    this_minute bigint := clock / 60 * 60;
+    me integer := pg_catalog.pg_backend_pid();
+BEGIN
+    IF (_settle.attempts IS NOT NULL AND cardinality(_settle.attempts) <> k)
+       OR (_settle.outcomes IS NOT NULL AND cardinality(_settle.outcomes) <> k)
+       OR (_settle.errs IS NOT NULL AND cardinality(_settle.errs) <> k)
+       OR (_settle.delays IS NOT NULL AND cardinality(_settle.delays) <> k) THEN
+        PERFORM alk._raise('LK002', 'attempts, outcomes, errs and delays must each be NULL or have one entry per '
+            || 'job id: got ' || k || ' job_ids, ' || coalesce(cardinality(_settle.attempts)::text, 'NULL')
+            || ' attempts, ' || coalesce(cardinality(_settle.outcomes)::text, 'NULL') || ' outcomes, '
+            || coalesce(cardinality(_settle.errs)::text, 'NULL') || ' errs and '
+            || coalesce(cardinality(_settle.delays)::text, 'NULL') || ' delays');
+    END IF;
+    -- NULL outcomes (all ack, a batching worker's usual call): nothing to
+    -- check, and no statement spent on it. Outcomes that are all 'ack' take
+    -- the same all-ack statement below (an ack ignores its err and delay):
+    -- measured at 250 jobs, 14 against 5 us per job, server side.
+    IF _settle.outcomes IS NOT NULL THEN
+        SELECT min(o.ord) FILTER (WHERE o.outcome IS NULL OR o.outcome NOT IN ('ack', 'retry', 'fail')),
+               coalesce(bool_and(o.outcome = 'ack'), true)
+          INTO bad, all_ack
+          FROM unnest(_settle.outcomes) WITH ORDINALITY AS o(outcome, ord);
+    END IF;
+    IF bad IS NOT NULL THEN
+        PERFORM alk._raise('LK002', 'outcome ' || bad || ' must be ''ack'', ''retry'' or ''fail'', got '
+            || alk._show(_settle.outcomes[bad]));
+    END IF;
+    IF k = 0 THEN
+        RETURN;
+    END IF;
+    IF all_ack THEN
+        -- All ack (a batching worker's usual call): the ack branch of the
+        -- statement below on its own, without the retry/fail UPDATE that a
+        -- generic plan would set up on every call for no rows.
+        RETURN QUERY
+        WITH input AS (
+            SELECT i.id, i.attempt, i.ord
+              FROM unnest(_settle.job_ids, _settle.attempts) WITH ORDINALITY AS i(id, attempt, ord)
+        ), first AS (
+            SELECT DISTINCT ON (i.id) i.* FROM input i ORDER BY i.id, i.ord
+        ), acked AS (
+            -- id = ANY (job_ids): the plan probes jobs_pkey per id rather than
+            -- walking every row the worker holds (a generic plan knows no
+            -- batch size; measured 22-137 ms a call at 500 held).
+            DELETE FROM alk.jobs j USING first f
+             WHERE j.id = ANY (_settle.job_ids) AND j.id = f.id AND (_settle.queue IS NULL OR j.queue = _settle.queue)
+               AND alk._holds(j, wid, f.attempt, clock)
+            RETURNING j.id, j.queue
+        ), counted AS (
+            INSERT INTO alk.queue_counts AS c (queue, minute, backend, acked)
+            SELECT a.queue, this_minute, me, count(*) FROM acked a GROUP BY a.queue
+            ON CONFLICT ON CONSTRAINT queue_counts_pkey DO UPDATE SET acked = c.acked + excluded.acked
+            RETURNING c.queue
+        )
+        SELECT i.id, i.attempt, CASE WHEN a.id IS NOT NULL THEN 'acked' END
+          FROM input i
+          LEFT JOIN first f ON f.ord = i.ord
+          LEFT JOIN acked a ON a.id = f.id
+         ORDER BY i.ord;
+        RETURN;
+    END IF;
+    RETURN QUERY
+    WITH input AS (
+        SELECT i.id, i.attempt, coalesce(i.outcome, 'ack') AS outcome, i.err, i.delay, i.ord
+          FROM unnest(_settle.job_ids, _settle.attempts, _settle.outcomes, _settle.errs, _settle.delays)
+               WITH ORDINALITY AS i(id, attempt, outcome, err, delay, ord)
+    ), first AS (
+        SELECT DISTINCT ON (i.id) i.* FROM input i ORDER BY i.id, i.ord
+    ), acked AS (
+        DELETE FROM alk.jobs j USING first f
+         WHERE f.outcome = 'ack' AND j.id = ANY (_settle.job_ids) AND j.id = f.id AND (_settle.queue IS NULL OR j.queue = _settle.queue)
+           AND alk._holds(j, wid, f.attempt, clock)
+        RETURNING j.id, j.queue, 'acked'::text AS state
+    ), moved AS (
+        -- retry: pending again, no worker, ready at now + delay (NULL: the
+        -- row's curve, base * 2^(spent - 1)), unless its attempts are spent:
+        -- then, like fail, dead with the error.
+        UPDATE alk.jobs j
+           SET state = CASE WHEN f.outcome = 'fail' OR j.attempts - j.attempts_refunded >= j.max_attempts
+                            THEN 'dead' ELSE 'pending' END,
+               run_at = CASE WHEN f.outcome = 'fail' OR j.attempts - j.attempts_refunded >= j.max_attempts
+                             THEN j.run_at
+                             ELSE alk._sat_add(clock, coalesce(f.delay, alk._sat_mul_pow2(j.backoff_base_s,
+                                  j.attempts - j.attempts_refunded - 1))) END,
+               worker_id = CASE WHEN f.outcome = 'fail' OR j.attempts - j.attempts_refunded >= j.max_attempts
+                                THEN j.worker_id END,
+               claimed_at = CASE WHEN f.outcome = 'fail' OR j.attempts - j.attempts_refunded >= j.max_attempts
+                                 THEN j.claimed_at END,
+               claim_expires_at = CASE WHEN f.outcome = 'fail' OR j.attempts - j.attempts_refunded >= j.max_attempts
+                                       THEN j.claim_expires_at END,
+               last_error = CASE WHEN f.outcome = 'fail' THEN coalesce(f.err, 'failed')
+                                 WHEN j.attempts - j.attempts_refunded >= j.max_attempts
+                                 THEN coalesce(f.err, 'max attempts exceeded') END,
+               died_at = CASE WHEN f.outcome = 'fail' OR j.attempts - j.attempts_refunded >= j.max_attempts
+                              THEN clock END,
+               purge_at = CASE WHEN f.outcome = 'fail' OR j.attempts - j.attempts_refunded >= j.max_attempts
+                               THEN alk._purge_at(clock, j.dead_letter_retention_s) END
+          FROM first f
+         WHERE f.outcome <> 'ack' AND j.id = ANY (_settle.job_ids) AND j.id = f.id AND (_settle.queue IS NULL OR j.queue = _settle.queue)
+           AND alk._holds(j, wid, f.attempt, clock)
+        RETURNING j.id, j.queue, j.state
+    ), done AS (
+        SELECT a.id, a.queue, a.state FROM acked a UNION ALL SELECT m.id, m.queue, m.state FROM moved m
+    ), counted AS (
+        -- retried: pending again; dead: failed, or retried with attempts spent.
+        INSERT INTO alk.queue_counts AS c (queue, minute, backend, acked, retried, dead)
+        SELECT d.queue, this_minute, me, count(*) FILTER (WHERE d.state = 'acked'),
+               count(*) FILTER (WHERE d.state = 'pending'), count(*) FILTER (WHERE d.state = 'dead')
+          FROM done d GROUP BY d.queue
+        ON CONFLICT ON CONSTRAINT queue_counts_pkey DO UPDATE
+           SET acked = c.acked + excluded.acked, retried = c.retried + excluded.retried, dead = c.dead + excluded.dead
+        RETURNING c.queue
+    )
+    SELECT i.id, i.attempt, d.state
+      FROM input i
+      LEFT JOIN first f ON f.ord = i.ord
+      LEFT JOIN done d ON d.id = f.id
+     ORDER BY i.ord;
+END
+$$;
+COMMENT ON FUNCTION alk._settle(text, text, bigint[], bigint[], text[], text[], bigint[]) IS
+'internal: the settlement rule (ack, retry, fail) for a batch, counted per queue for alk.queue_throughput; '
+'queue NULL: any queue';
+
+-- alk.ack and alk.ack_batch apply _settle's all-ack rule in one statement of
+-- their own: the rule (delete under alk._holds; a repeated id's first entry
+-- only) and the count (one upsert of this backend's minute row per queue, the
+-- prune when it opens a minute) exactly as _settle's statements, without the
+-- per-input result rows neither needs. Measured at one job, server side:
+-- 147 against 218 us per ack through _settle; at 100, about 2.1 against
+-- 2.7 ms per claim + ack_batch.
+CREATE FUNCTION alk.ack(job_id bigint, worker_id text, attempt bigint DEFAULT NULL, queue text DEFAULT NULL)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    clock bigint := alk.now();
+    wid text := alk._name_ok('worker_id', ack.worker_id, true);
+    this_minute bigint := clock / 60 * 60;
+    done boolean;
+BEGIN
+    WITH acked AS (
+        DELETE FROM alk.jobs j
+         WHERE j.id = ack.job_id AND (ack.queue IS NULL OR j.queue = ack.queue)
+           AND alk._holds(j, wid, ack.attempt, clock)
+        RETURNING j.queue
+    ), counted AS (
+        INSERT INTO alk.queue_counts AS c (queue, minute, backend, acked)
+        SELECT a.queue, this_minute, pg_catalog.pg_backend_pid(), 1 FROM acked a
+        ON CONFLICT ON CONSTRAINT queue_counts_pkey DO UPDATE SET acked = c.acked + excluded.acked
+        RETURNING c.queue
+    )
+    SELECT true INTO done FROM counted;
+    RETURN done IS NOT NULL;
+END
+$$;
+COMMENT ON FUNCTION alk.ack(bigint, text, bigint, text) IS
+'Acknowledge a claimed job: it is deleted. False, and nothing changes, unless the job is processing, held by worker_id '
+'under claim attempt (the fencing token the claim returned; NULL skips that check) and its lease has not lapsed '
+'(claim_expires_at >= now). worker_id follows the name rule (LK001). queue is optional routing for sharded deployments. '
+'Example: SELECT alk.ack(job_id => 42, worker_id => ''worker-1'', attempt => 1);';
+
+CREATE FUNCTION alk.ack_batch(job_ids bigint[], worker_id text, attempts bigint[] DEFAULT NULL, queue text DEFAULT NULL)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+-- No nested loop, as alk._settle (the same statement shape).
+SET enable_nestloop = off
+AS $$
+#variable_conflict use_column
+DECLARE
+    clock bigint := alk.now();
+    wid text := alk._name_ok('worker_id', ack_batch.worker_id, true);
+    this_minute bigint := clock / 60 * 60;
+    n_acked bigint;
+BEGIN
+    IF ack_batch.attempts IS NOT NULL AND cardinality(ack_batch.attempts) <> coalesce(cardinality(ack_batch.job_ids), 0) THEN
+        -- _settle raises the LK002 that names the arrays.
+        PERFORM alk._settle(ack_batch.queue, ack_batch.worker_id, ack_batch.job_ids, ack_batch.attempts, NULL, NULL, NULL);
+    END IF;
+    WITH first AS (
+        SELECT DISTINCT ON (i.id) i.id, i.attempt
+          FROM unnest(ack_batch.job_ids, ack_batch.attempts) WITH ORDINALITY AS i(id, attempt, ord)
+         ORDER BY i.id, i.ord
+    ), acked AS (
+        -- id = ANY (job_ids): jobs_pkey probes, as in _settle.
+        DELETE FROM alk.jobs j USING first f
+         WHERE j.id = ANY (ack_batch.job_ids) AND j.id = f.id
+           AND (ack_batch.queue IS NULL OR j.queue = ack_batch.queue)
+           AND alk._holds(j, wid, f.attempt, clock)
+        RETURNING j.queue
+    ), counted AS (
+        INSERT INTO alk.queue_counts AS c (queue, minute, backend, acked)
+        SELECT a.queue, this_minute, pg_catalog.pg_backend_pid(), count(*) FROM acked a GROUP BY a.queue
+        ON CONFLICT ON CONSTRAINT queue_counts_pkey DO UPDATE SET acked = c.acked + excluded.acked
+        RETURNING c.queue
+    )
+    SELECT count(*) INTO n_acked FROM acked;
+    RETURN n_acked;
+END
+$$;
+COMMENT ON FUNCTION alk.ack_batch(bigint[], text, bigint[], text) IS
+'Acknowledge several claimed jobs in one call; returns how many were validly held (and are now deleted). '
+'attempts, when given, holds each job''s fencing token in the same order. '
+'Example: SELECT alk.ack_batch(ARRAY[41, 42], ''worker-1'', ARRAY[1, 1]);';
+
+CREATE FUNCTION alk.settle(job_ids bigint[], worker_id text, attempts bigint[] DEFAULT NULL,
+                           outcomes text[] DEFAULT NULL, errs text[] DEFAULT NULL, delays bigint[] DEFAULT NULL,
+                           queue text DEFAULT NULL)
+RETURNS TABLE (job_id bigint, attempt bigint, state text)
+LANGUAGE sql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT * FROM alk._settle($7, $2, $1, $3, $4, $5, $6)
+$$;
+COMMENT ON FUNCTION alk.settle(bigint[], text, bigint[], text[], text[], bigint[], text) IS
+'Settle several claimed jobs in one call and one transaction. Arrays aligned with job_ids: attempts (fencing tokens), '
+'outcomes (''ack'', ''retry'' or ''fail''; NULL: all ack), errs (the error of a retry or fail) and delays (a retry''s '
+'delay; NULL: the row''s backoff curve). One row per job id, in input order, with the state it led to: ''acked'' '
+'(deleted), ''pending'' (retried), ''dead'' (failed, or retried with its attempts spent), or NULL when the claim was '
+'no longer valid (nothing changed). Each entry follows alk.ack, alk.retry and alk.fail exactly. '
+'Example: SELECT * FROM alk.settle(ARRAY[41, 42], ''worker-1'', ARRAY[1, 1], ARRAY[''ack'', ''retry''], '
+'ARRAY[NULL, ''TimeoutError: smtp'']);';
+
+CREATE FUNCTION alk.retry(job_id bigint, worker_id text, attempt bigint DEFAULT NULL, err text DEFAULT NULL,
+                          delay bigint DEFAULT NULL, queue text DEFAULT NULL)
+RETURNS boolean
+LANGUAGE sql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT s.state IS NOT NULL
+      FROM alk._settle($6, $2, ARRAY[$1], ARRAY[$3], ARRAY['retry'], ARRAY[$4], ARRAY[$5]) s
+$$;
+COMMENT ON FUNCTION alk.retry(bigint, text, bigint, text, bigint, text) IS
+'Give a claimed job back for another attempt: pending again, no worker, ready at now + delay, or now + '
+'backoff_base_s * 2^(spent - 1) when delay is NULL (spent = attempts - attempts_refunded). With its attempts spent '
+'it becomes dead with last_error = err (or ''max attempts exceeded''). False, and nothing changes, when the claim is '
+'no longer valid (see alk.ack); alk.settle says which state it led to. '
+'Example: SELECT alk.retry(job_id => 42, worker_id => ''worker-1'', attempt => 1, err => ''smtp timeout'');';
+
+CREATE FUNCTION alk.fail(job_id bigint, worker_id text, attempt bigint DEFAULT NULL, err text DEFAULT NULL,
+                         queue text DEFAULT NULL)
+RETURNS boolean
+LANGUAGE sql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT s.state IS NOT NULL
+      FROM alk._settle($5, $2, ARRAY[$1], ARRAY[$3], ARRAY['fail'], ARRAY[$4], NULL) s
+$$;
+COMMENT ON FUNCTION alk.fail(bigint, text, bigint, text, text) IS
+'Fail a claimed job for good: dead with last_error = err (or ''failed''). False, and nothing changes, when the claim '
+'is no longer valid (see alk.ack). Example: SELECT alk.fail(42, ''worker-1'', 1, ''bad address'');';
+
+CREATE FUNCTION alk.heartbeat(job_id bigint, worker_id text, attempt bigint DEFAULT NULL, extend bigint DEFAULT NULL,
+                              queue text DEFAULT NULL)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    clock bigint := alk.now();
+    wid text := alk._name_ok('worker_id', heartbeat.worker_id, true);
+BEGIN
+    UPDATE alk.jobs j
+       SET claim_expires_at = alk._sat_add(clock, coalesce(extend, j.visibility_timeout_s))
+     WHERE j.id = job_id AND (heartbeat.queue IS NULL OR j.queue = heartbeat.queue)
+       AND alk._holds(j, wid, attempt, clock);
+    RETURN FOUND;
+END
+$$;
+COMMENT ON FUNCTION alk.heartbeat(bigint, text, bigint, bigint, text) IS
+'Extend a claimed job''s lease to now + extend seconds (the row''s visibility_timeout_s when NULL). True when the '
+'claim was valid at call time; a negative extend leaves a lapsed lease that voids the claim on the next op. '
+'Example: SELECT alk.heartbeat(42, ''worker-1'', 1, 600);';
+
+CREATE FUNCTION alk.release_jobs(job_ids bigint[], worker_id text, attempts bigint[], queue text DEFAULT NULL)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    clock bigint := alk.now();
+    wid text := alk._name_ok('worker_id', release_jobs.worker_id, true);
+    released bigint;
+    queues text[];
+BEGIN
+    IF attempts IS NOT NULL AND cardinality(attempts) <> cardinality(job_ids) THEN
+        PERFORM alk._raise('LK002', 'attempts must have one entry per job id: got ' || cardinality(job_ids)
+            || ' job_ids and ' || cardinality(attempts) || ' attempts');
+    END IF;
+    -- Pending again at its place in claim order (run_at kept), with the
+    -- claim's attempt refunded; attempts itself stays, so the token the
+    -- claim issued is dead for good.
+    WITH r AS (
+        UPDATE alk.jobs j
+           SET state = 'pending', worker_id = NULL, claimed_at = NULL, claim_expires_at = NULL,
+               attempts_refunded = j.attempts_refunded + 1
+          FROM unnest(release_jobs.job_ids, release_jobs.attempts) AS w(id, attempt)
+         WHERE j.id = w.id AND (release_jobs.queue IS NULL OR j.queue = release_jobs.queue)
+           AND alk._holds(j, wid, w.attempt, clock)
+        RETURNING j.queue
+    )
+    SELECT count(*), array_agg(DISTINCT r.queue) INTO released, queues FROM r;
+    PERFORM alk._wake(q.name) FROM unnest(queues) AS q(name);
+    RETURN released;
+END
+$$;
+COMMENT ON FUNCTION alk.release_jobs(bigint[], text, bigint[], text) IS
+'Give claimed jobs that never started back at once: pending, due at their old place in claim order, without spending '
+'an attempt (attempts_refunded + 1). attempts holds each job''s fencing token (NULL: skip that check); the validity '
+'predicate of alk.ack applies and the token stays invalid for good (the next claim issues attempts + 1). Returns how '
+'many were released. Example: SELECT alk.release_jobs(ARRAY[41, 42], ''worker-1'', ARRAY[1, 1]);';
+
+CREATE TYPE alk.settle_claim_row AS (
+    kind text,
+    id bigint,
+    queue text,
+    state text,
+    payload jsonb,
+    priority bigint,
+    run_at bigint,
+    attempts bigint,
+    max_attempts bigint,
+    worker_id text,
+    claimed_at bigint,
+    claim_expires_at bigint,
+    created_at bigint,
+    expires_at bigint,
+    visibility_timeout_s bigint,
+    backoff_base_s bigint,
+    dead_letter_retention_s bigint,
+    last_error text,
+    died_at bigint,
+    dedup_key text,
+    attempts_refunded bigint
+);
+COMMENT ON TYPE alk.settle_claim_row IS
+'A row of alk.settle_and_claim: kind ''settled'' (id, queue, attempts = the token given, state = what it led to or '
+'NULL when refused) or ''claimed'' (a whole alk.job).';
+
+CREATE FUNCTION alk.settle_and_claim(queue text, worker_id text, n bigint, job_ids bigint[] DEFAULT NULL,
+                                     attempts bigint[] DEFAULT NULL, outcomes text[] DEFAULT NULL,
+                                     errs text[] DEFAULT NULL, delays bigint[] DEFAULT NULL)
+RETURNS SETOF alk.settle_claim_row
+LANGUAGE sql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    -- Append runs its branches in order: every settlement is applied before
+    -- the claim looks, all in the caller's one transaction.
+    SELECT 'settled'::text, s.job_id, $1, s.state, NULL::jsonb, NULL::bigint, NULL::bigint, s.attempt,
+           NULL::bigint, NULL::text, NULL::bigint, NULL::bigint, NULL::bigint, NULL::bigint, NULL::bigint,
+           NULL::bigint, NULL::bigint, NULL::text, NULL::bigint, NULL::text, NULL::bigint
+      FROM alk._settle(alk._name_ok('queue', $1, false), $2, $4, $5, $6, $7, $8) s
+    UNION ALL
+    SELECT 'claimed'::text, c.* FROM alk._claim(alk._name_ok('queue', $1, false), $2, $3) c
+$$;
+COMMENT ON FUNCTION alk.settle_and_claim(text, text, bigint, bigint[], bigint[], text[], text[], bigint[]) IS
+'One call, one transaction: settle a batch of this queue''s claimed jobs exactly as alk.settle does, then claim up to '
+'n as alk.claim does. Returns flat rows: first one kind = ''settled'' row per settlement in input order (id, queue, '
+'attempts = the token given, state = ''acked'', ''pending'', ''dead'' or NULL when refused; other columns NULL), then '
+'kind = ''claimed'' rows, whole jobs in claim order. '
+'Example: SELECT kind, id, state, attempts, payload FROM alk.settle_and_claim(''emails'', ''worker-1'', 10, '
+'ARRAY[41, 42], ARRAY[1, 1], ARRAY[''ack'', ''fail''], ARRAY[NULL, ''ValueError: bad address'']);';

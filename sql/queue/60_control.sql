@@ -1,0 +1,200 @@
+-- pyalk queue, control outside a claim (docs/contract.md#queue): jobs by id
+-- (cancel, get_job), the expiry and retention sweep, redrive of dead jobs
+-- (requeue_dead), pause and resume.
+--
+-- After the worker's path (enqueue, claim, settle): these are an application's
+-- or an operator's, and reuse its rules (alk._wake, alk._purge_at). Landed in
+-- 0002_queue.sql (by id, sweep) and 0007_worker.sql (requeue_dead); 0009 added
+-- pause and resume.
+
+-- operations by id --------------------------------------------------------
+
+CREATE FUNCTION alk.cancel(queue text, job_id bigint)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM alk._check_name('queue', cancel.queue);
+    DELETE FROM alk.jobs j WHERE j.queue = cancel.queue AND j.id = job_id AND j.state <> 'dead';
+    RETURN FOUND;
+END
+$$;
+COMMENT ON FUNCTION alk.cancel(text, bigint) IS
+'Delete a pending or processing job whatever its lease; true if a row went. Dead jobs stay for inspection. '
+'Example: SELECT alk.cancel(''emails'', 42);';
+
+CREATE FUNCTION alk._get_job(queue text, job_id bigint)
+RETURNS SETOF alk.job
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+ROWS 1
+AS $$
+    SELECT j.id, j.queue, j.state, j.payload, j.priority, j.run_at, j.attempts, j.max_attempts, j.worker_id,
+           j.claimed_at, j.claim_expires_at, j.created_at, j.expires_at, j.visibility_timeout_s,
+           j.backoff_base_s, j.dead_letter_retention_s, j.last_error, j.died_at, j.dedup_key,
+           j.attempts_refunded
+      FROM alk.jobs j WHERE j.queue = $1 AND j.id = $2
+$$;
+COMMENT ON FUNCTION alk._get_job(text, bigint) IS 'internal: get_job for an already validated queue name';
+
+-- A set of at most one row rather than a composite: a missing job is zero
+-- rows in SELECT * FROM form (pgx's ErrNoRows, an empty rows array in Node)
+-- and NULL as a scalar subquery, never a row of NULL fields.
+CREATE FUNCTION alk.get_job(queue text, job_id bigint)
+RETURNS SETOF alk.job
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+ROWS 1
+AS $$
+    SELECT * FROM alk._get_job(alk._name_ok('queue', $1, false), $2)
+$$;
+COMMENT ON FUNCTION alk.get_job(text, bigint) IS
+'The whole job row in any state, dead included; no row when there is no such job (NULL as a scalar subquery). '
+'Example: SELECT * FROM alk.get_job(''emails'', 42); SELECT (SELECT alk.get_job(''emails'', 42)) IS NULL;';
+
+CREATE FUNCTION alk._sweep_expired(queue text)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    clock bigint := alk.now();
+    expired bigint;
+    purged bigint;
+BEGIN
+    -- Waiting rows past expiry, and processing rows past expiry whose lease
+    -- lapsed; a row with a valid lease is left to its owner.
+    UPDATE alk.jobs j
+       SET state = 'dead', last_error = 'expired', died_at = clock,
+           purge_at = alk._purge_at(clock, j.dead_letter_retention_s)
+     WHERE j.queue = _sweep_expired.queue
+       AND j.expires_at IS NOT NULL AND j.expires_at <= clock
+       AND (j.state = 'pending' OR (j.state = 'processing' AND j.claim_expires_at < clock));
+    GET DIAGNOSTICS expired = ROW_COUNT;
+    -- Dead rows past their retention.
+    DELETE FROM alk.jobs j
+     WHERE j.queue = _sweep_expired.queue
+       AND j.state = 'dead'
+       AND j.purge_at <= clock;
+    GET DIAGNOSTICS purged = ROW_COUNT;
+    RETURN expired + purged;
+END
+$$;
+COMMENT ON FUNCTION alk._sweep_expired(text) IS 'internal: sweep_expired for an already validated queue name';
+
+CREATE FUNCTION alk.sweep_expired(queue text)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RETURN alk._sweep_expired(alk._check_name('queue', queue));
+END
+$$;
+COMMENT ON FUNCTION alk.sweep_expired(text) IS
+'Bury expired waiting jobs (and expired jobs whose lease lapsed) as dead with ''expired'', and delete dead jobs whose '
+'died_at <= now - dead_letter_retention_s. Returns how many rows it changed. Example: SELECT alk.sweep_expired(''emails'');';
+
+-- requeue_dead --------------------------------------------------------------
+
+CREATE FUNCTION alk.requeue_dead(queue text, job_ids bigint[] DEFAULT NULL)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    clock bigint := alk.now();
+    moved bigint;
+BEGIN
+    PERFORM alk._check_name('queue', requeue_dead.queue);
+    -- A fresh life: pending and due now, every attempt spent so far refunded
+    -- (attempts itself stays: its tokens stay dead), no worker, no error.
+    -- The stamps and priority stay. An expiring job keeps its TTL, counted
+    -- again from now (else an expired job would die again at once). A dead
+    -- job whose dedup key a live job holds stays dead (that work is queued
+    -- already), and of several dead jobs with one key only the first moves.
+    -- Two statements rather than "job_ids IS NULL OR ...", so each keeps its
+    -- index (jobs_dead for a whole queue, jobs_pkey for given ids) in a
+    -- generic plan.
+    IF job_ids IS NULL THEN
+        UPDATE alk.jobs j
+           SET state = 'pending', run_at = clock, attempts_refunded = j.attempts,
+               worker_id = NULL, claimed_at = NULL, claim_expires_at = NULL,
+               last_error = NULL, died_at = NULL, purge_at = NULL,
+               expires_at = alk._sat_add(clock, alk._sat_sub(j.expires_at, j.created_at))
+         WHERE j.queue = requeue_dead.queue AND j.state = 'dead'
+           AND (j.dedup_key IS NULL OR (
+                NOT EXISTS (SELECT FROM alk.jobs h WHERE h.queue = j.queue AND h.dedup_key = j.dedup_key
+                                                     AND h.state <> 'dead')
+                AND j.id = (SELECT min(d.id) FROM alk.jobs d WHERE d.queue = j.queue AND d.dedup_key = j.dedup_key
+                                                              AND d.state = 'dead')));
+    ELSE
+        UPDATE alk.jobs j
+           SET state = 'pending', run_at = clock, attempts_refunded = j.attempts,
+               worker_id = NULL, claimed_at = NULL, claim_expires_at = NULL,
+               last_error = NULL, died_at = NULL, purge_at = NULL,
+               expires_at = alk._sat_add(clock, alk._sat_sub(j.expires_at, j.created_at))
+         WHERE j.queue = requeue_dead.queue AND j.state = 'dead' AND j.id = ANY (job_ids)
+           AND (j.dedup_key IS NULL OR (
+                NOT EXISTS (SELECT FROM alk.jobs h WHERE h.queue = j.queue AND h.dedup_key = j.dedup_key
+                                                     AND h.state <> 'dead')
+                AND j.id = (SELECT min(d.id) FROM alk.jobs d WHERE d.queue = j.queue AND d.dedup_key = j.dedup_key
+                                                              AND d.state = 'dead' AND d.id = ANY (job_ids))));
+    END IF;
+    GET DIAGNOSTICS moved = ROW_COUNT;
+    IF moved > 0 THEN
+        PERFORM alk._wake(requeue_dead.queue);
+    END IF;
+    RETURN moved;
+END
+$$;
+COMMENT ON FUNCTION alk.requeue_dead(text, bigint[]) IS
+'Send dead jobs back to pending, due now, with every attempt spent so far refunded (attempts_refunded = attempts, '
+'so the job has max_attempts again and no earlier fencing token becomes valid), no worker and no last_error; every '
+'dead job of the queue when job_ids is NULL, else those of job_ids that are dead in this queue (others are ignored). '
+'A dead job whose dedup_key a live job holds stays dead (of several with one key, the first moves). An expiring job '
+'gets its TTL again from now. Returns how many moved; idle workers are woken. '
+'Example: SELECT alk.requeue_dead(''emails''); SELECT alk.requeue_dead(''emails'', ARRAY[41, 42]);';
+
+-- pause and resume ------------------------------------------------------------
+
+CREATE FUNCTION alk.pause_queue(queue text)
+RETURNS boolean
+LANGUAGE sql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    WITH paused AS (
+        INSERT INTO alk.paused_queues (queue, paused_at)
+        VALUES (alk._name_ok('queue', $1, false), alk.now())
+        ON CONFLICT (queue) DO NOTHING
+        RETURNING 1
+    )
+    SELECT EXISTS (SELECT FROM paused)
+$$;
+COMMENT ON FUNCTION alk.pause_queue(text) IS
+'Pause a queue: its claims (alk.claim, alk.settle_and_claim) return nothing and alk.next_claim_at is NULL until '
+'alk.resume_queue; enqueue, ack, retry, fail, heartbeat and sweeps work as usual. True when it was not paused. '
+'Example: SELECT alk.pause_queue(''emails'');';
+
+CREATE FUNCTION alk.resume_queue(queue text)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    q text := alk._name_ok('queue', resume_queue.queue, false);
+BEGIN
+    DELETE FROM alk.paused_queues p WHERE p.queue = q;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    -- Every listener of the queue: idle workers claim again at commit.
+    PERFORM pg_catalog.pg_notify(alk._queue_channel(q), '');
+    RETURN true;
+END
+$$;
+COMMENT ON FUNCTION alk.resume_queue(text) IS
+'Resume a paused queue and notify its channel at commit, so waiting workers claim again. True when it was paused. '
+'Example: SELECT alk.resume_queue(''emails'');';
