@@ -309,7 +309,7 @@ def no_interference_row(ctx: Context) -> RowResult:
         seconds=time.perf_counter() - started)
 
 
-#: The counting CTE of alk._settle's two statements (sql/queue.sql): the
+#: The counting CTE of alk._settle's two statements (sql/queue/50_settle.sql): the
 #: counter upsert (its insert trigger prunes), up to the statement's main SELECT.
 _COUNTING = re.compile(r"\), counted AS \(.*?RETURNING c\.queue\s*\)", re.S)
 

@@ -13,7 +13,7 @@
 -- 5 s backoff base, dead rows kept forever.
 --
 -- The claim, get_job and sweep rules are the queue's (alk._claim,
--- alk._get_job, alk._sweep_expired in queue.sql), called with the backing name.
+-- alk._get_job, alk._sweep_expired in sql/queue/), called with the backing name.
 
 -- names ---------------------------------------------------------------------
 

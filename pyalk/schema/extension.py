@@ -1,7 +1,7 @@
 """``CREATE EXTENSION alk``: the control file and the install and update
 scripts, generated from ``sql/`` (never a second copy kept by hand).
 
-* ``alk--<head>.sql`` installs from the current files (``sql/<mechanism>.sql``),
+* ``alk--<head>.sql`` installs from the current files (``sql/<mechanism>.sql`` or ``sql/<mechanism>/``),
   the same text as ``pyalk.schema.install.current_script()``: the definition a reader
   reviews is the one a DBA installs. The migration tests prove it equals the chain.
 * ``alk--<first>.sql`` installs the first version file, and
@@ -30,7 +30,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from pyalk.schema.install import BOOTSTRAP, MIGRATION_LOCK_KEY, VERSION_TABLE, _record, current_files, head, versions
+from pyalk.schema.install import (
+    BOOTSTRAP,
+    MIGRATION_LOCK_KEY,
+    VERSION_TABLE,
+    current_files,
+    current_name,
+    head,
+    record_version,
+    versions,
+)
 
 NAME = "alk"
 
@@ -117,7 +126,7 @@ $pyalk$;
     parts = [_HEADER, guard, filter_sql(BOOTSTRAP)]
     for label, body in bodies:
         parts += [f"-- {label}", filter_sql(body)]
-    parts += [*_record(version), _CONFIG_DUMP]
+    parts += [*record_version(version), _CONFIG_DUMP]
     return "\n".join(parts)
 
 
@@ -135,7 +144,7 @@ END
 $pyalk$;
 """
     parts = [_HEADER, guard, f"SELECT pg_catalog.pg_advisory_xact_lock({MIGRATION_LOCK_KEY});",
-             f"-- version {after}", filter_sql(body), *_record(after), _CONFIG_DUMP]
+             f"-- version {after}", filter_sql(body), *record_version(after), _CONFIG_DUMP]
     return "\n".join(parts)
 
 
@@ -147,7 +156,7 @@ def files() -> dict[str, str]:
     if len(chain) > 1:  # the base the older versions chain from
         first = chain[0]
         found[f"{NAME}--{first.number}.sql"] = install(first.number, [(f"version {first.number}", first.sql())])
-    found[f"{NAME}--{top}.sql"] = install(top, [(f"current: {p.name}", p.read_text(encoding="utf-8"))
+    found[f"{NAME}--{top}.sql"] = install(top, [(f"current: {current_name(p)}", p.read_text(encoding="utf-8"))
                                                 for p in current_files()])
     for older, newer in itertools.pairwise(chain):
         found[f"{NAME}--{older.number}--{newer.number}.sql"] = update(older.number, newer.number, newer.sql())

@@ -102,7 +102,7 @@ def install_script(after: str | None = None) -> str:
         parts.append(f"-- version {version.number}: {version.mechanism}")
         parts.append(version.sql())
     if chain:
-        parts += _record(chain[-1].number)
+        parts += record_version(chain[-1].number)
     parts.append("COMMIT;")
     return "\n".join(parts) + "\n"
 
@@ -114,12 +114,12 @@ def current_script() -> str:
     for path in current_files():
         parts.append(f"-- current: {current_name(path)}")
         parts.append(path.read_text(encoding="utf-8"))
-    parts += _record(head())
+    parts += record_version(head())
     parts.append("COMMIT;")
     return "\n".join(parts) + "\n"
 
 
-def _record(number: str) -> list[str]:
+def record_version(number: str) -> list[str]:
     return [f"DELETE FROM alk.{VERSION_TABLE};",
             f"INSERT INTO alk.{VERSION_TABLE} (version_num) VALUES ('{number}');"]
 

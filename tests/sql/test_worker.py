@@ -1,4 +1,4 @@
-"""What a worker needs from the queue (sql/queue.sql, docs/contract.md#queue), checked
+"""What a worker needs from the queue (sql/queue/, docs/contract.md#queue), checked
 through alk.* alone: the wake-up channel and its notifications,
 alk.next_claim_at, alk.queue_stats, alk.list_jobs and alk.requeue_dead."""
 

@@ -3,7 +3,7 @@
 outcome. (The queue functions it calls are bound in pyalk/_async/queue.py.)
 
 Every queue rule (claim order, leases, fencing, backoff, burial) is the SQL's
-(sql/queue.sql); the worker only decides when to call it:
+(sql/queue/); the worker only decides when to call it:
 
 * it claims ahead into a local buffer (``prefetch``, default 1000 jobs, sized
   by the rate it starts jobs at), so one round trip feeds many handlers even
