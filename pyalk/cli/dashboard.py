@@ -90,5 +90,8 @@ def worker_observer(args: argparse.Namespace, dsn: str) -> dict[str, Any]:
         return {}
     _require_extra("worker --metrics-port")
     metrics = importlib.import_module("pyalk.dashboard.metrics")
-    registry = metrics.serve(args.metrics_port, conninfo=dsn)
-    return {"observer": metrics.WorkerMetrics(args.queue, registry)}
+    # The worker's series exist before the exporter serves: a scrape never
+    # sees a half-registered worker (the test's first scrape raced it).
+    observer = metrics.WorkerMetrics(args.queue, metrics.CollectorRegistry())
+    metrics.serve(args.metrics_port, conninfo=dsn, registry=observer.registry)
+    return {"observer": observer}

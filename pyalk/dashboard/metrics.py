@@ -32,6 +32,7 @@ class WorkerMetrics:
 
     def __init__(self, queue: str, registry: CollectorRegistry) -> None:
         self.queue = queue
+        self.registry = registry
         labels = ["queue"]
         self._claimed = Counter("pyalk_worker_claimed", "Jobs this worker claimed.", labels, registry=registry)
         self._settled = Counter("pyalk_worker_settled", "Jobs this worker settled, by outcome (acked, retried, "
