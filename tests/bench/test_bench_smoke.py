@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from bench import report, rows_e2e
+from bench import report, rows_e2e, rows_soak
 from bench.cli import run_rows
 from bench.peers import pyalk_worker
 from bench.registry import QUICK, Context, RowResult
@@ -204,3 +205,40 @@ def test_the_durable_target_explains_each_missed_mode_by_its_own_cause() -> None
     only_real = limits({(8, "no"): 1.0, (16, "AsyncWorker"): 0.8})
     assert only_real == report.DURABLE_CAUSES["AsyncWorker"]
     assert "AsyncWorker" not in only_no and "no idle worker" not in only_real
+
+
+def test_the_soak_rows_run_in_quick_mode(bench_ctx: Context, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both soak rows, 2 runs of 500 jobs; graphile-worker when ALK_BENCH_NODE_MODULES has it, else pending."""
+    monkeypatch.delenv(rows_soak.SOAK_ENV, raising=False)
+    bench_ctx.peers_dir = os.environ.get("ALK_BENCH_NODE_MODULES")
+    churn, held = _run(bench_ctx, "soak.churn", "soak.held")
+    for result in (churn, held):
+        assert result.status == "ok", result.notes
+        assert [rec["system"] for rec in result.records] == [rows_soak.PYALK, rows_soak.REFERENCE]
+        ours, ref = result.records
+        assert ours["status"] == "ok" and len(ours["runs jobs/s"].split(", ")) == 2
+        assert [r["run"] for r in result.extra["raw"][rows_soak.PYALK]] == [1, 2]
+        assert 0 < ours["worst"] <= ours["median"] <= ours["best early"]
+        assert ours["worst/best"] == round(ours["worst"] / ours["best early"], 3)
+        assert ref["status"] in ("ok", "pending")
+        if ref["status"] == "ok":  # interleaved: both systems ran every run, and the ratio is theirs
+            assert len(result.extra["raw"][rows_soak.REFERENCE]) == 2
+            assert ours["median vs graphile-worker"] == round(ours["median"] / ref["median"], 3)
+        else:
+            assert any(note.startswith("graphile-worker: not run") for note in result.notes)
+    for rec in held.records:
+        if rec["status"] == "ok":
+            # the job tables exist empty before run 1, and held dead rows make them grow
+            assert 0 < rec["queue MiB empty"] < rec["at end"]
+            assert rec["after vacuum"] > 0 and rec["vacuum"]
+    assert rows_soak.HOLDER_SQL in " ".join(held.notes)
+
+    found = {t["target"]: t for t in report.targets([churn, held])}
+    soak_targets = [t for label, t in found.items() if label.startswith("soak")]
+    assert len(soak_targets) == 2
+    assert all(t["measured"].startswith("pyalk worst/best ") for t in soak_targets)
+    meta = {"date": "test", "mode": "tiny", "seconds": 0.0, "session_options": "", **bench_ctx.server.describe()}
+    report.write_markdown(tmp_path / "benchmarks.md", meta, [churn, held], None)
+    text = (tmp_path / "benchmarks.md").read_text(encoding="utf-8")
+    assert "### soak under a held snapshot (`soak.held`" in text  # in the end-to-end section
+    assert text.index("## 2. End to end") < text.index("(`soak.churn`")
