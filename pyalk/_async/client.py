@@ -1,5 +1,6 @@
 """The entry point: an :class:`AsyncAlk` composes pyalk on one connection
-source (a conninfo, a psycopg pool, or the caller's connection).
+source (a conninfo, a psycopg pool, or the caller's connection; none:
+``$PYALK_DSN``, else libpq's environment).
 
 It builds one :class:`~pyalk._async.executor.AsyncExecutor` (connections,
 the schema check, errors) and hands it to the mechanism handles; every
@@ -34,6 +35,9 @@ class AsyncAlk:
 
     ``AsyncAlk("dbname=app")`` opens (lazily) and owns a small pool;
     ``AsyncAlk(pool)`` and ``AsyncAlk(connection)`` borrow the caller's.
+    ``AsyncAlk()`` connects where the ``pyalk`` command does: ``$PYALK_DSN``,
+    else libpq's own environment (PGHOST, PGPORT, PGDATABASE, PGUSER, ...);
+    a source passed in always wins.
     Use it as a context manager, or call :meth:`close`, to release what it owns.
     A conninfo that cannot connect raises :class:`~pyalk.ConnectError` at the
     first call, within ``connect_timeout`` seconds (the conninfo's own, else 10).
@@ -41,7 +45,8 @@ class AsyncAlk:
     ``executor`` runs every statement; ``schedules`` is the scheduler handle.
     """
 
-    def __init__(self, source: Source, *, max_connections: int = 4, connect_timeout: int | None = None) -> None:
+    def __init__(self, source: Source | None = None, *, max_connections: int = 4,
+                 connect_timeout: int | None = None) -> None:
         self.executor = AsyncExecutor(source, max_connections=max_connections, connect_timeout=connect_timeout)
         self.schedules = AsyncSchedules(self.executor)
 

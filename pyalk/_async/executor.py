@@ -27,6 +27,7 @@ from psycopg_pool import AsyncConnectionPool
 from pyalk import _jsonb
 from pyalk._async.pool import AsyncReconnectingPool
 from pyalk.backoff import Backoff
+from pyalk.conninfo import default_conninfo
 from pyalk.errors import ClaimInTransaction, ConnectError, InvalidArgument, server_busy, translate
 from pyalk.schema import compat
 
@@ -102,7 +103,9 @@ class AsyncExecutor:
 
     ``AsyncExecutor("dbname=app")`` opens (lazily) and owns a small pool;
     ``AsyncExecutor(pool)`` and ``AsyncExecutor(connection)`` borrow the
-    caller's. :meth:`close` releases what it owns.
+    caller's. :meth:`close` releases what it owns. No source (None) is the
+    conninfo of :func:`pyalk.conninfo.default_conninfo`: ``$PYALK_DSN``,
+    else libpq's environment (PGHOST, PGDATABASE, PGUSER, ...).
 
     An owned pool opens only after one direct connection succeeded, so a
     bad conninfo raises :class:`~pyalk.ConnectError` at once (within
@@ -111,7 +114,10 @@ class AsyncExecutor:
     pool's to recover from.
     """
 
-    def __init__(self, source: Source, *, max_connections: int = 4, connect_timeout: int | None = None) -> None:
+    def __init__(self, source: Source | None = None, *, max_connections: int = 4,
+                 connect_timeout: int | None = None) -> None:
+        if source is None:
+            source = default_conninfo()
         self._conn: AsyncConnection | None = None
         self._pool: AsyncConnectionPool | None = None
         self._owns_pool = False

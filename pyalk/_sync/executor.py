@@ -29,6 +29,7 @@ from psycopg_pool import ConnectionPool
 from pyalk import _jsonb
 from pyalk._sync.pool import ReconnectingPool
 from pyalk.backoff import Backoff
+from pyalk.conninfo import default_conninfo
 from pyalk.errors import ClaimInTransaction, ConnectError, InvalidArgument, server_busy, translate
 from pyalk.schema import compat
 
@@ -104,7 +105,9 @@ class Executor:
 
     ``Executor("dbname=app")`` opens (lazily) and owns a small pool;
     ``Executor(pool)`` and ``Executor(connection)`` borrow the
-    caller's. :meth:`close` releases what it owns.
+    caller's. :meth:`close` releases what it owns. No source (None) is the
+    conninfo of :func:`pyalk.conninfo.default_conninfo`: ``$PYALK_DSN``,
+    else libpq's environment (PGHOST, PGDATABASE, PGUSER, ...).
 
     An owned pool opens only after one direct connection succeeded, so a
     bad conninfo raises :class:`~pyalk.ConnectError` at once (within
@@ -113,7 +116,10 @@ class Executor:
     pool's to recover from.
     """
 
-    def __init__(self, source: Source, *, max_connections: int = 4, connect_timeout: int | None = None) -> None:
+    def __init__(self, source: Source | None = None, *, max_connections: int = 4,
+                 connect_timeout: int | None = None) -> None:
+        if source is None:
+            source = default_conninfo()
         self._conn: Connection | None = None
         self._pool: ConnectionPool | None = None
         self._owns_pool = False

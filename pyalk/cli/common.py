@@ -22,6 +22,8 @@ from rich.console import Console
 from rich.text import Text
 
 from pyalk import Alk, embedded
+from pyalk._sync.executor import connect_error
+from pyalk.conninfo import default_conninfo
 from pyalk.errors import AlkError
 from pyalk.schema import migrate
 
@@ -68,13 +70,12 @@ REPORTED: tuple[type[BaseException], ...] = (CliError, AlkError, RuntimeError, p
 
 
 def dsn(args: argparse.Namespace, *, stop_at_exit: bool = False) -> str:
-    """``--dsn``, else ``$PYALK_DSN``, else the embedded server's with ``--embedded``."""
+    """The embedded server's with ``--embedded``, else ``--dsn``, else
+    :func:`~pyalk.conninfo.default_conninfo` (``$PYALK_DSN``, else libpq's
+    environment), as ``Alk()`` resolves it."""
     if getattr(args, "embedded", False):
         return embedded.start(stop_at_exit=stop_at_exit)
-    found = args.dsn or os.environ.get("PYALK_DSN")
-    if not found:
-        raise CliError("no database: pass --dsn, set PYALK_DSN, or use --embedded")
-    return str(found)
+    return str(args.dsn) if args.dsn is not None else default_conninfo()
 
 
 def database(args: argparse.Namespace) -> str:
@@ -90,12 +91,21 @@ def database(args: argparse.Namespace) -> str:
 def client(args: argparse.Namespace) -> Iterator[Alk]:
     """A client on one direct connection: a short command fails at once
     when the server is unreachable instead of waiting on a pool."""
-    with psycopg.connect(database(args), autocommit=True, connect_timeout=10) as conn:
+    conninfo = database(args)
+    try:
+        conn = psycopg.connect(conninfo, autocommit=True, connect_timeout=10)
+    except psycopg.OperationalError as error:
+        if conninfo:  # named by --dsn or PYALK_DSN: libpq's own message says enough
+            raise
+        # Nothing named a database: say where libpq's defaults led, and how to name one.
+        raise CliError(f"{connect_error(conninfo, error)} (no --dsn and no PYALK_DSN: libpq's PG* "
+                       "variables and defaults were used; pass --dsn, set PYALK_DSN, or use --embedded)") from error
+    with conn:
         yield Alk(conn)
 
 
 def database_options(sub: argparse.ArgumentParser) -> None:
-    sub.add_argument("--dsn", help="libpq conninfo or URI (default: $PYALK_DSN)")
+    sub.add_argument("--dsn", help="libpq conninfo or URI (default: $PYALK_DSN, else libpq's PG* variables)")
     sub.add_argument("--embedded", action="store_true", help="start or reuse an embedded PostgreSQL")
 
 

@@ -10,6 +10,7 @@ import sys
 import time
 from collections.abc import Sequence
 
+from rich.cells import cell_len
 from rich.console import Console, RenderableType
 from rich.live import Live
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -58,34 +59,87 @@ def cmd_enqueue(args: argparse.Namespace, console: Console) -> None:
         console.print(f"enqueued {plural(len(ids), 'job')} into {args.queue!r}{span}", soft_wrap=True)
 
 
-def stats_table(alk: Alk, queue: str | None) -> RenderableType:
+def stats_table(alk: Alk, queue: str | None, width: int) -> RenderableType:
     stats = alk.stats(queue)
     now = int(alk.executor.value("SELECT alk.now()"))
-    return render_stats(stats, now)
+    return render_stats(stats, now, width)
 
 
-def render_stats(stats: Sequence[QueueStats], now: int) -> RenderableType:
-    """The status table. Cells are Text, so a queue named ``x[/]`` is shown
-    as it is; no cell wraps, so a row is one line in a pipe."""
+#: The status table's headers; a narrow console stacks them at their line breaks.
+STATS_HEADERS = ("queue", "ready", "scheduled", "running", "lapsed", "dead", "oldest\nready", "next\ndue")
+
+
+def render_stats(stats: Sequence[QueueStats], now: int, width: int) -> RenderableType:
+    """The status table in ``width`` columns. Cells are Text, so a queue
+    named ``x[/]`` is shown as it is; no cell wraps, so a row is one line in
+    a pipe. Counts and headers are never cut: when the table is too wide
+    the headers stack, and then the queue column takes what is left (a
+    name that does not fit is cut in the middle; ``--json`` has it whole)."""
     if not stats:
         return Text("no jobs in any queue")
+    rows = [[
+        Text(row.queue),
+        Text(f"{row.ready:,}"),
+        Text(f"{row.scheduled:,}"),
+        Text(f"{row.processing - row.lapsed:,}"),
+        Text(f"{row.lapsed:,}", style="yellow" if row.lapsed else ""),
+        Text(f"{row.dead:,}", style="red" if row.dead else ""),
+        Text(ago(row.oldest_ready_age_s)),
+        Text("-" if row.next_run_at is None else "in " + ago(row.next_run_at - now)),
+    ] for row in stats]
+    headers, widths = fit_headers(STATS_HEADERS, [[cell.plain for cell in row] for row in rows], width)
+    widths[0] = max(header_width(headers[0]), min(widths[0], width - table_width(widths[1:], extra_columns=1)))
+    for cells in rows:
+        cells[0] = Text(middle_cut(cells[0].plain, widths[0]))
     table = Table(title=f"pyalk queues at {stamp(now)} UTC", title_justify="left")
-    for name, justify in (("queue", "left"), ("ready", "right"), ("scheduled", "right"), ("running", "right"),
-                          ("lapsed", "right"), ("dead", "right"), ("oldest ready", "right"),
-                          ("next due", "right")):
-        table.add_column(name, justify=justify, no_wrap=True, overflow="ellipsis")  # type: ignore[arg-type]
-    for row in stats:
-        table.add_row(
-            Text(row.queue),
-            Text(f"{row.ready:,}"),
-            Text(f"{row.scheduled:,}"),
-            Text(f"{row.processing - row.lapsed:,}"),
-            Text(f"{row.lapsed:,}", style="yellow" if row.lapsed else ""),
-            Text(f"{row.dead:,}", style="red" if row.dead else ""),
-            Text(ago(row.oldest_ready_age_s)),
-            Text("-" if row.next_run_at is None else "in " + ago(row.next_run_at - now)),
-        )
+    for header, column_width in zip(headers, widths, strict=True):
+        table.add_column(header, justify="left" if header == "queue" else "right", no_wrap=True,
+                         overflow="ellipsis", width=column_width)
+    for cells in rows:
+        table.add_row(*cells)
     return table
+
+
+def middle_cut(name: str, width: int) -> str:
+    """``name`` in ``width`` characters, cut in the middle when it does not
+    fit: queue names share prefixes (``alk:outbox:``) and differ at the end."""
+    if cell_len(name) <= width:
+        return name
+    head = (width - 1) // 2
+    return name[:head] + "…" + name[len(name) - (width - 1 - head):]
+
+
+def fit_headers(headers: Sequence[str], rows: Sequence[Sequence[str]], width: int) -> tuple[list[str], list[int]]:
+    """The headers as one line each when the table fits ``width`` that way,
+    else stacked at their line breaks; and each column's natural width (its
+    widest cell or header line)."""
+    for stacked in (False, True):
+        shown = [heading(header, stacked) for header in headers]
+        widths = natural_widths(shown, rows)
+        if table_width(widths) <= width:
+            break
+    return shown, widths
+
+
+def heading(header: str, stacked: bool) -> str:
+    """A header stacked at its line breaks, or as one line."""
+    return header if stacked else header.replace("\n", " ")
+
+
+def natural_widths(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[int]:
+    """Each column's widest cell or header line."""
+    return [max([header_width(header), *(cell_len(row[i]) for row in rows)]) for i, header in enumerate(headers)]
+
+
+def header_width(header: str) -> int:
+    return max(cell_len(line) for line in header.splitlines())
+
+
+def table_width(widths: Sequence[int], *, extra_columns: int = 0) -> int:
+    """The width of a table (default box, one space of padding either side)
+    whose columns have these content widths, and ``extra_columns`` more of
+    width 0."""
+    return sum(widths) + 3 * (len(widths) + extra_columns) + 1
 
 
 def cmd_status(args: argparse.Namespace, console: Console) -> None:
@@ -96,16 +150,16 @@ def cmd_status(args: argparse.Namespace, console: Console) -> None:
             print_json([dataclasses.asdict(row) for row in alk.stats(args.queue)])
             return
         if not args.watch:
-            console.print(stats_table(alk, args.queue))
+            console.print(stats_table(alk, args.queue, console.width))
             return
         # Ctrl-C ends the watch through main: exit code 130, as documented.
         refreshes = 0
-        with Live(stats_table(alk, args.queue), console=console, auto_refresh=False) as live:
+        with Live(stats_table(alk, args.queue, console.width), console=console, auto_refresh=False) as live:
             while args.count is None or refreshes < args.count:
                 refreshes += 1
                 if refreshes > 1:
                     time.sleep(args.interval)  # the refresh period of the display
-                live.update(stats_table(alk, args.queue), refresh=True)
+                live.update(stats_table(alk, args.queue, console.width), refresh=True)
 
 
 def cmd_jobs(args: argparse.Namespace, console: Console) -> None:
@@ -122,31 +176,44 @@ def cmd_jobs(args: argparse.Namespace, console: Console) -> None:
         console.print(f"more may follow: --after-id {jobs[-1].id}")
 
 
+#: The jobs table's headers; a narrow console stacks them at their line breaks.
+JOBS_HEADERS = ("id", "state", "attempts", "run at\n(UTC)", "worker", "last\nerror", "payload")
+#: Room the last error and the payload want between them before a narrower layout is tried.
+ROOMY = 2 * 12
+
+
 def jobs_table(jobs: Sequence[Job], title: Text, width: int) -> Table:
     """One line per job in ``width`` columns: cells never wrap (a payload is
     never broken mid-word); the last error and the payload share what the
     other columns leave and end in an ellipsis when they do not fit
-    (``--json`` has them whole). A narrow console loses the worker column."""
-    headers = ["id", "state", "attempts", "run at (UTC)", "worker", "last error", "payload"]
-    rows = [[
+    (``--json`` has them whole). Headers are never cut: a narrow console
+    first stacks them, then loses the worker column."""
+    cells = [[
         str(job.id), job.state, f"{job.attempts}/{job.max_attempts}",
         stamp(job.died_at if job.state == "dead" else job.run_at), job.worker_id or "-",
         one_line(job.last_error or "-"), json.dumps(job.payload, ensure_ascii=False),
     ] for job in jobs]
-    natural = [max(len(header), *(len(row[i]) for row in rows)) for i, header in enumerate(headers)]
-    # Rich's own shrinking collapses no-wrap columns to nothing: share by hand.
-    left = width - sum(natural[:-2]) - (3 * len(headers) + 1)
-    if left < 2 * 12:
-        left += natural[4] + 3
-        del headers[4], natural[4]
-        for row in rows:
-            del row[4]
-    shortest = 8
-    error_width = max(shortest, min(natural[-2], left // 2))
-    payload_width = max(shortest, min(natural[-1], left - error_width))
-    error_width = max(shortest, min(natural[-2], left - payload_width))
+    worker = JOBS_HEADERS.index("worker")
+    layouts = []
+    for stacked, with_worker in ((False, True), (True, True), (False, False), (True, False)):
+        kept = [i for i in range(len(JOBS_HEADERS)) if with_worker or i != worker]
+        headers = [heading(JOBS_HEADERS[i], stacked) for i in kept]
+        rows = [[row[i] for i in kept] for row in cells]
+        widths = natural_widths(headers, rows)
+        left = width - table_width(widths[:-2], extra_columns=2)
+        least = header_width(headers[-2]), header_width(headers[-1])
+        layouts.append((headers, rows, widths, left, least))
+    # The first layout where the last error and the payload have room, else
+    # the first where their headers fit, else the narrowest.
+    headers, rows, widths, left, (error_least, payload_least) = next(
+        (layout for layout in layouts if layout[3] >= min(ROOMY, layout[2][-2] + layout[2][-1])),
+        next((layout for layout in layouts if layout[3] >= sum(layout[4])), layouts[-1]))
+    # Rich's own shrinking cuts headers and collapses no-wrap columns: share by hand.
+    error_width = max(error_least, min(widths[-2], left // 2))
+    payload_width = max(payload_least, min(widths[-1], left - error_width))
+    widths[-2:] = [max(error_least, min(widths[-2], left - payload_width)), payload_width]
     table = Table(title=title, title_justify="left")
-    for header, column_width in zip(headers, [*natural[:-2], error_width, payload_width], strict=True):
+    for header, column_width in zip(headers, widths, strict=True):
         table.add_column(header, no_wrap=True, overflow="ellipsis", width=column_width)
     for row in rows:
         table.add_row(*(Text(cell) for cell in row))

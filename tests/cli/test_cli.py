@@ -17,6 +17,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from psycopg.conninfo import conninfo_to_dict
 
 from pyalk.schema.install import head
 from tests.cli import handlers
@@ -80,10 +81,25 @@ def test_bad_input_is_one_error_line(capsys, dsn, db, argv, expected):
     assert jobs(db) == []
 
 
-def test_no_database_is_one_error_line(capsys):
+def test_no_database_named_is_one_error_line_saying_where_libpq_went(capsys, monkeypatch, tmp_path):
+    for variable in ("PGSERVICE", "PGHOSTADDR", "PGPORT", "PGDATABASE", "PGUSER"):
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setenv("PGHOST", str(tmp_path))  # no server there
     code, _, err = run(capsys, "status")
     assert code == 1
-    assert one_error_line(err) == "error: no database: pass --dsn, set PYALK_DSN, or use --embedded"
+    line = one_error_line(err)
+    assert line.startswith(f"error: cannot connect to PostgreSQL at host={tmp_path} port=5432 ")
+    assert line.endswith("(no --dsn and no PYALK_DSN: libpq's PG* variables and defaults were used;"
+                         " pass --dsn, set PYALK_DSN, or use --embedded)")
+
+
+def test_no_dsn_and_no_pyalk_dsn_is_libpq_environment(capsys, monkeypatch, dsn, db):
+    variables = {"host": "PGHOST", "port": "PGPORT", "dbname": "PGDATABASE", "user": "PGUSER", "password": "PGPASSWORD"}
+    for key, value in conninfo_to_dict(dsn).items():
+        if key in variables:
+            monkeypatch.setenv(variables[key], str(value))
+    assert run(capsys, "enqueue", "q", "[3]")[0] == 0
+    assert jobs(db) == [([3], "pending", 0)]
 
 
 def test_an_unreachable_server_is_one_error_line(capsys, tmp_path):
