@@ -4,8 +4,11 @@ through alk.* alone: what any language's worker calls."""
 
 from __future__ import annotations
 
+import re
 import secrets
+import subprocess
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -346,3 +349,22 @@ def test_roles_granted_before_the_version_get_its_functions(fresh_database):
             for name in names.values():
                 conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(name)))
                 conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(name)))
+
+
+def test_the_recipe_of_clients_md_runs_in_psql(db, dsn, tmp_path):
+    """docs/clients.md, "A worker in any language": its one sql block, as written."""
+    from tests.test_docs_examples import psql_binary
+
+    psql = psql_binary()
+    if psql is None:
+        pytest.skip("no psql binary on this machine")
+    page = (Path(__file__).resolve().parents[2] / "docs/clients.md").read_text()
+    section = page.split("## A worker in any language", 1)[1]
+    (block,) = re.findall(r"```sql\n(.*?)```", section, re.S)
+    script = tmp_path / "worker.sql"
+    script.write_text(block)
+    result = subprocess.run([psql, "-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-d", dsn, "-f", str(script)],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["f", "t"]
+    assert workers(db) == []
