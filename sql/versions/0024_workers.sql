@@ -110,6 +110,15 @@ $$;
 COMMENT ON FUNCTION alk._check_count(text, bigint, bigint) IS
 'internal: LK002 unless value is a count of at least least_value (NULL refused)';
 
+-- The optional routing argument of beat, deregister and request_stop.
+CREATE FUNCTION alk._check_optional_queue(queue text)
+RETURNS text
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT CASE WHEN queue IS NULL THEN NULL ELSE alk._check_name('queue', queue, true) END $$;
+COMMENT ON FUNCTION alk._check_optional_queue(text) IS
+'internal: NULL, or queue when it is a valid name (reserved allowed; else LK001, or LK005 outside name limits)';
+
 CREATE FUNCTION alk._check_label(argument text, value text)
 RETURNS text
 LANGUAGE plpgsql IMMUTABLE
@@ -176,7 +185,7 @@ COMMENT ON FUNCTION alk.worker_register(text, text, text, bigint, bigint, text) 
 
 -- beat -------------------------------------------------------------------------
 
-CREATE FUNCTION alk.worker_beat(worker_id text, running bigint)
+CREATE FUNCTION alk.worker_beat(worker_id text, running bigint, queue text DEFAULT NULL)
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -185,39 +194,43 @@ DECLARE
     clock bigint := alk.now();
     wid text := alk._check_name('worker_id', worker_beat.worker_id, true);
     held bigint := alk._check_count('running', worker_beat.running, 0);
+    only_queue text := alk._check_optional_queue(worker_beat.queue);
     stop_asked boolean;
 BEGIN
     UPDATE alk.worker_registry w
        SET last_seen_at = clock, running = held
-     WHERE w.worker_id = wid AND alk._worker_in_scope(w.queue)
+     WHERE w.worker_id = wid AND (only_queue IS NULL OR w.queue = only_queue)
+       AND alk._worker_in_scope(w.queue)
     RETURNING w.stopping INTO stop_asked;
     PERFORM alk._prune_workers(clock);
     RETURN stop_asked;
 END
 $$;
-COMMENT ON FUNCTION alk.worker_beat(text, bigint) IS
+COMMENT ON FUNCTION alk.worker_beat(text, bigint, text) IS
 'A registered worker''s beat, every few seconds (5 s keeps it well inside the 30 s silence bound): stamps '
 'last_seen_at and running (the jobs it holds now, at least 0, else LK002) and returns stopping: true means drain and '
-'exit (alk.request_stop asked); NULL means the row is gone (pruned or deregistered): register again. '
-'Also deletes the rows of workers silent for longer than an hour. '
+'exit (alk.request_stop asked); NULL means the row is gone (pruned or deregistered): register again. queue is '
+'optional routing for sharded deployments (a row of another queue counts as gone). Also deletes the rows of workers silent for longer than an hour. '
 'Example: SELECT alk.worker_beat(''w-1'', running => 3);';
 
 -- deregister -------------------------------------------------------------------
 
-CREATE FUNCTION alk.worker_deregister(worker_id text)
+CREATE FUNCTION alk.worker_deregister(worker_id text, queue text DEFAULT NULL)
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     wid text := alk._check_name('worker_id', worker_deregister.worker_id, true);
+    only_queue text := alk._check_optional_queue(worker_deregister.queue);
 BEGIN
-    DELETE FROM alk.worker_registry w WHERE w.worker_id = wid AND alk._worker_in_scope(w.queue);
+    DELETE FROM alk.worker_registry w
+     WHERE w.worker_id = wid AND (only_queue IS NULL OR w.queue = only_queue) AND alk._worker_in_scope(w.queue);
     RETURN FOUND;
 END
 $$;
-COMMENT ON FUNCTION alk.worker_deregister(text) IS
-'Remove a worker''s row, as it exits: true if it was registered. '
+COMMENT ON FUNCTION alk.worker_deregister(text, text) IS
+'Remove a worker''s row, as it exits: true if it was registered. queue is optional routing for sharded deployments. '
 'Example: SELECT alk.worker_deregister(''w-1'');';
 
 -- workers ----------------------------------------------------------------------
@@ -235,11 +248,11 @@ BEGIN
            w.stopping, w.last_seen_at < alk._sat_sub(clock, alk._worker_silence_s())
       FROM alk.worker_registry w
      WHERE alk._worker_in_scope(w.queue)
-     ORDER BY w.queue, w.worker_id;
+     ORDER BY w.worker_id;
 END
 $$;
 COMMENT ON FUNCTION alk.workers() IS
-'Every registered worker, by queue and worker_id: worker_id, queue, host, pid, started_at, last_seen_at (its last '
+'Every registered worker, by worker_id: worker_id, queue, host, pid, started_at, last_seen_at (its last '
 'beat), running (jobs it held then), concurrency, version (its client''s), stopping (alk.request_stop asked) and '
 'gone (no beat for more than 30 s: it died or lost the database; its row is deleted after an hour). A role with '
 'name limits sees the workers of its queues only. Reads only. Example: SELECT worker_id, queue, running, gone '
@@ -247,16 +260,17 @@ COMMENT ON FUNCTION alk.workers() IS
 
 -- request_stop -----------------------------------------------------------------
 
-CREATE FUNCTION alk.request_stop(worker_id text)
+CREATE FUNCTION alk.request_stop(worker_id text, queue text DEFAULT NULL)
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     wid text := alk._check_name('worker_id', request_stop.worker_id, true);
+    only_queue text := alk._check_optional_queue(request_stop.queue);
 BEGIN
     UPDATE alk.worker_registry w SET stopping = true
-     WHERE w.worker_id = wid AND alk._worker_in_scope(w.queue);
+     WHERE w.worker_id = wid AND (only_queue IS NULL OR w.queue = only_queue) AND alk._worker_in_scope(w.queue);
     IF NOT FOUND THEN
         RETURN false;
     END IF;
@@ -266,11 +280,11 @@ BEGIN
     RETURN true;
 END
 $$;
-COMMENT ON FUNCTION alk.request_stop(text) IS
+COMMENT ON FUNCTION alk.request_stop(text, text) IS
 'Ask a registered worker to stop: sets its stopping flag and, at commit, notifies its control channel (the one '
 'alk.worker_register returned) with the payload ''stop''. The worker stops claiming, finishes or hands back what it '
 'holds within its grace and exits; a worker not listening learns at its next beat. True if the worker was '
-'registered (false, nothing sent, otherwise). Example: SELECT alk.request_stop(''w-1'');';
+'registered (false, nothing sent, otherwise). queue is optional routing for sharded deployments. Example: SELECT alk.request_stop(''w-1'');';
 
 -- security: the role lists carry the new functions, and the grant functions' comments name them.
 

@@ -76,13 +76,31 @@ def test_register_beat_deregister_round_trip(clocked):
     assert beat(db) is None, "a beat without a row says: register again"
 
 
-def test_workers_are_ordered_by_queue_then_id_with_the_pinned_columns(clocked):
-    for worker_id, queue in [("b", "q2"), ("c", "q1"), ("a", "q2")]:
+def test_workers_are_ordered_by_id_with_the_pinned_columns(clocked):
+    """By worker_id, the first column: what a router that concatenates
+    partitions and sorts by it returns too (docs/contract.md#scale-out)."""
+    for worker_id, queue in [("b", "q1"), ("c", "q0"), ("a", "q2")]:
         register(clocked, worker_id, queue)
     cur = clocked.execute("SELECT * FROM alk.workers()")
     assert cur.description is not None
     assert [c.name for c in cur.description] == COLUMNS
-    assert [(r[1], r[0]) for r in cur.fetchall()] == [("q1", "c"), ("q2", "a"), ("q2", "b")]
+    assert [r[0] for r in cur.fetchall()] == ["a", "b", "c"]
+
+
+def test_the_optional_queue_routes_and_must_match(clocked):
+    """beat, deregister and request_stop take the queue as optional routing
+    (as the ops by job id): given, a row of another queue is not found."""
+    db = clocked
+    register(db, "w1", "q")
+    assert one(db, "SELECT alk.worker_beat('w1', 1, queue => 'other')") is None
+    assert one(db, "SELECT alk.request_stop('w1', queue => 'other')") is False
+    assert one(db, "SELECT alk.worker_deregister('w1', queue => 'other')") is False
+    assert by_id(db)["w1"]["running"] == 0 and by_id(db)["w1"]["stopping"] is False
+    assert one(db, "SELECT alk.worker_beat('w1', 1, queue => 'q')") is False
+    assert one(db, "SELECT alk.request_stop('w1', queue => 'q')") is True
+    assert one(db, "SELECT alk.worker_beat('w1', 1, queue => 'q')") is True
+    assert one(db, "SELECT alk.worker_deregister('w1', queue => 'q')") is True
+    assert workers(db) == []
 
 
 def test_a_restart_under_the_same_id_replaces_the_row(clocked):
@@ -229,6 +247,9 @@ def test_bad_register_is_refused_and_writes_nothing(clocked, override, code, fra
     ("SELECT alk.worker_deregister('')", "LK001", "worker_id"),
     ("SELECT alk.request_stop('')", "LK001", "worker_id"),
     ("SELECT alk.request_stop(NULL)", "LK001", "worker_id"),
+    ("SELECT alk.worker_beat('w1', 0, queue => '')", "LK001", "queue"),
+    ("SELECT alk.worker_deregister('w1', queue => '')", "LK001", "queue"),
+    ("SELECT alk.request_stop('w1', queue => '')", "LK001", "queue"),
 ])
 def test_bad_beat_deregister_or_stop_is_refused_and_changes_nothing(clocked, call, code, fragment):
     register(clocked)
@@ -308,6 +329,8 @@ def test_a_limited_role_sees_and_touches_only_workers_of_its_queues(db, login_as
     assert beat(team_a, "b-worker") is None
     assert one(team_a, "SELECT alk.request_stop('b-worker')") is False
     assert one(team_a, "SELECT alk.worker_deregister('b-worker')") is False
+    with raises_lk("LK005", "'team-b.q'"):
+        team_a.execute("SELECT alk.request_stop('b-worker', queue => 'team-b.q')")
     row = by_id(db)["b-worker"]
     assert (row["queue"], row["stopping"]) == ("team-b.q", False)
     assert set(by_id(db)) == {"a-worker", "b-worker"}
@@ -338,12 +361,12 @@ def test_roles_granted_before_the_version_get_its_functions(fresh_database):
                 conn.execute(f"SELECT alk.grant_{kind}(%s)", [name])
             migrate.upgrade(fresh_database, landed)
             for kind, function in [("worker", "alk.worker_register(text, text, text, bigint, bigint, text)"),
-                                   ("worker", "alk.worker_beat(text, bigint)"),
-                                   ("worker", "alk.worker_deregister(text)"),
-                                   ("reader", "alk.workers()"), ("admin", "alk.request_stop(text)")]:
+                                   ("worker", "alk.worker_beat(text, bigint, text)"),
+                                   ("worker", "alk.worker_deregister(text, text)"),
+                                   ("reader", "alk.workers()"), ("admin", "alk.request_stop(text, text)")]:
                 assert one(conn, "SELECT has_function_privilege(%s, %s, 'EXECUTE')", names[kind], function), (
                     kind, function)
-            assert one(conn, "SELECT has_function_privilege(%s, 'alk.request_stop(text)', 'EXECUTE')",
+            assert one(conn, "SELECT has_function_privilege(%s, 'alk.request_stop(text, text)', 'EXECUTE')",
                        names["reader"]) is False
         finally:
             for name in names.values():
