@@ -29,7 +29,7 @@ import psycopg
 from pyalk._async import workers
 from pyalk._async.listener import AsyncListener
 from pyalk._async.queue import AsyncQueue
-from pyalk.errors import TRANSIENT_ERRORS, AlkError
+from pyalk.errors import TRANSIENT_ERRORS, AlkError, ConnectError
 from pyalk.runtime import AsyncEvent
 from pyalk.worker import control
 from pyalk.worker.control import STOP, client_version, verb
@@ -37,6 +37,10 @@ from pyalk.worker.errors import one_line
 from pyalk.worker.tally import LogFields
 
 logger = logging.getLogger("pyalk.worker")
+
+#: Failures tried again at the next beat: the server went away, or was away
+#: at start (the executor's first connection raises ConnectError).
+_PASSING: tuple[type[BaseException], ...] = (*TRANSIENT_ERRORS, ConnectError)
 
 
 class AsyncRegistration:
@@ -97,7 +101,7 @@ class AsyncRegistration:
                     await self._register()
                 elif stopping:
                     self._stop_asked("at its beat")
-        except TRANSIENT_ERRORS as error:
+        except _PASSING as error:
             if not self._failing:
                 logger.warning("registry of workers unreachable (%s): trying again every %.0fs",
                                one_line(error), self._beat_interval, extra=self._fields())

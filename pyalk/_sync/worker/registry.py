@@ -30,7 +30,7 @@ import psycopg
 from pyalk._sync import workers
 from pyalk._sync.listener import Listener
 from pyalk._sync.queue import Queue
-from pyalk.errors import TRANSIENT_ERRORS, AlkError
+from pyalk.errors import TRANSIENT_ERRORS, AlkError, ConnectError
 from pyalk.runtime import Event
 from pyalk.worker import control
 from pyalk.worker.control import STOP, client_version, verb
@@ -38,6 +38,10 @@ from pyalk.worker.errors import one_line
 from pyalk.worker.tally import LogFields
 
 logger = logging.getLogger("pyalk.worker")
+
+#: Failures tried again at the next beat: the server went away, or was away
+#: at start (the executor's first connection raises ConnectError).
+_PASSING: tuple[type[BaseException], ...] = (*TRANSIENT_ERRORS, ConnectError)
 
 
 class Registration:
@@ -98,7 +102,7 @@ class Registration:
                     self._register()
                 elif stopping:
                     self._stop_asked("at its beat")
-        except TRANSIENT_ERRORS as error:
+        except _PASSING as error:
             if not self._failing:
                 logger.warning("registry of workers unreachable (%s): trying again every %.0fs",
                                one_line(error), self._beat_interval, extra=self._fields())
