@@ -44,7 +44,7 @@ from pyalk.errors import (
 )
 from pyalk.stop_token import AsyncStopToken, StopToken
 from pyalk.tasks import Task, TaskError, Tasks
-from pyalk.values import Fired, Job, LockInfo, QueueOpts, QueueStats, Schedule, StreamEvent
+from pyalk.values import Fired, Job, LockInfo, QueueOpts, QueueStats, Schedule, StreamEvent, WorkerInfo
 from pyalk.worker.errors import PermanentError
 from pyalk.worker.tally import WorkerCounts
 
@@ -95,4 +95,5 @@ __all__ = [
     "Tasks",
     "Worker",
     "WorkerCounts",
+    "WorkerInfo",
 ]

@@ -1,7 +1,7 @@
 """The values pyalk's calls return and take: frozen rows in their SQL type's
 column order (a job, a stream event, a lock, a schedule and a fired job, a
-queue's stats row) and the queue options a handle resolves onto its jobs.
-Each row type has its select list (``*_COLUMNS``) and its ``*_from_row``."""
+queue's stats row, a registered worker) and the queue options a handle
+resolves onto its jobs. Each row type has its select list (``*_COLUMNS``) and its ``*_from_row``."""
 
 from __future__ import annotations
 
@@ -263,3 +263,37 @@ def schedule_from_row(row: tuple[Any, ...]) -> Schedule:
 
 def fired_from_row(row: tuple[Any, ...]) -> Fired:
     return Fired(*row)
+
+
+# -- Workers (alk.workers) -----------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class WorkerInfo:
+    """One row of ``alk.workers()`` (``alk.worker``, columns in the SQL
+    type's order): a registered worker, its last beat and what it held then
+    (docs/worker.md, "Workers you can see and stop"). Times are unix seconds
+    on ``alk.now()``'s clock; ``gone``: no beat for longer than the silence
+    bound (30 s), it died or lost the database."""
+
+    worker_id: str
+    queue: str
+    host: str | None
+    pid: int | None
+    started_at: int
+    last_seen_at: int
+    #: Jobs the worker held at its last beat: claimed and not yet settled.
+    running: int
+    concurrency: int
+    #: The worker's client and its version (``pyalk 0.1.0``).
+    version: str | None
+    #: ``alk.request_stop`` asked it to stop.
+    stopping: bool
+    gone: bool
+
+
+#: The select list that reads an ``alk.worker`` in :class:`WorkerInfo` field order.
+WORKER_INFO_COLUMNS = ", ".join(field.name for field in fields(WorkerInfo))
+
+
+def worker_info_from_row(row: tuple[Any, ...]) -> WorkerInfo:
+    return WorkerInfo(*row)

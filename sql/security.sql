@@ -35,6 +35,8 @@ AS $$
         ('reader', 'browse_jobs'), ('reader', 'browse_events'), ('reader', 'stream_stats'),
         ('reader', 'stream_consumer_lag'), ('reader', 'queue_throughput'), ('reader', 'schedule_overview'),
         ('reader', 'list_locks'),
+        -- the registry of running workers (0024)
+        ('reader', 'workers'),
         -- producer: write work and events, and look at what it wrote
         ('producer', 'enqueue'), ('producer', 'enqueue_batch'), ('producer', 'outbox_enqueue'),
         ('producer', 'outbox_enqueue_batch'), ('producer', 'publish'), ('producer', 'publish_batch'),
@@ -52,10 +54,14 @@ AS $$
         ('worker', 'read_since'), ('worker', 'read_from_consumer'), ('worker', 'save_offset'),
         ('worker', 'get_offset'), ('worker', 'stream_channel'),
         ('worker', 'try_lock'), ('worker', 'renew_lock'), ('worker', 'release_lock'), ('worker', 'get_lock'),
+        -- a running worker keeps its row in the registry (0024)
+        ('worker', 'worker_register'), ('worker', 'worker_beat'), ('worker', 'worker_deregister'),
         -- admin: everything above (alk._kind_functions adds it) and these
         ('admin', 'cancel'), ('admin', 'sweep_expired'), ('admin', 'outbox_sweep_expired'), ('admin', 'trim_to'),
         ('admin', 'requeue_dead'), ('admin', 'pause_queue'), ('admin', 'resume_queue'),
         ('admin', 'schedule'), ('admin', 'unschedule'), ('admin', 'tick'), ('admin', 'scheduler_tick'),
+        -- stop a worker from anywhere (0024)
+        ('admin', 'request_stop'),
         -- the scheduler's leader loop holds the reserved lock alk:scheduler
         ('admin', '_try_lock'), ('admin', '_renew_lock'), ('admin', '_release_lock'),
         ('admin', 'grant_reader'), ('admin', 'grant_producer'), ('admin', 'grant_worker'), ('admin', 'grant_admin'),
@@ -135,8 +141,8 @@ SET search_path = pg_catalog, pg_temp
 AS $$ SELECT alk._grant_kind($1, 'reader') $$;
 COMMENT ON FUNCTION alk.grant_reader(text) IS
 'Let role inspect: the clock, schema_info, get_job, list_jobs, queue_stats, next_claim_at, read_since, get_offset, '
-'get_lock, get_schedule, list_schedules, cron_next (what pyalk status and pyalk jobs run). Grants USAGE on schema alk '
-'and EXECUTE on each; idempotent; returns how many functions it granted. The role must exist (LK002). '
+'get_lock, get_schedule, list_schedules, cron_next, workers (what pyalk status and pyalk jobs run). Grants USAGE on '
+'schema alk and EXECUTE on each; idempotent; returns how many functions it granted. The role must exist (LK002). '
 'Example: SELECT alk.grant_reader(''dashboard'');';
 
 CREATE FUNCTION alk.grant_producer(role text)
@@ -156,7 +162,8 @@ SET search_path = pg_catalog, pg_temp
 AS $$ SELECT alk._grant_kind($1, 'worker') $$;
 COMMENT ON FUNCTION alk.grant_worker(text) IS
 'Let role work: claim, ack, ack_batch, retry, fail, heartbeat, next_claim_at, queue_channel, get_job, list_jobs, outbox_claim, '
-'read_since, read_from_consumer, save_offset, get_offset, try_lock, renew_lock, release_lock, get_lock and the clock '
+'read_since, read_from_consumer, save_offset, get_offset, try_lock, renew_lock, release_lock, get_lock, '
+'worker_register, worker_beat, worker_deregister and the clock '
 '(what pyalk worker and outbox delivery run). Idempotent; returns how many functions it granted. '
 'Example: SELECT alk.grant_worker(''job_runner'');';
 
@@ -167,7 +174,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$ SELECT alk._grant_kind($1, 'admin') $$;
 COMMENT ON FUNCTION alk.grant_admin(text) IS
 'Let role administer: every reader, producer and worker function, plus cancel, sweep_expired, trim_to, requeue_dead, '
-'schedule, unschedule, tick, the scheduler''s leader lock and the grant functions. Not the clock privilege '
+'request_stop, schedule, unschedule, tick, the scheduler''s leader lock and the grant functions. Not the clock privilege '
 '(alk.clock_privilege(), which only its owner grants). Idempotent; returns how many functions it granted. '
 'Example: SELECT alk.grant_admin(''ops'');';
 

@@ -71,6 +71,7 @@ NAMES: dict[str, str] = {
     "AsyncPool": "Pool",
     "AsyncQueue": "Queue",
     "AsyncReconnectingPool": "ReconnectingPool",
+    "AsyncRegistration": "Registration",
     "AsyncRunners": "Runners",
     "AsyncRuntime": "Runtime",
     "AsyncSignals": "Signals",

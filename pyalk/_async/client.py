@@ -21,13 +21,14 @@ from pyalk._async.queue import AsyncQueue, queue_stats
 from pyalk._async.schedule import AsyncSchedules
 from pyalk._async.stream import AsyncStream
 from pyalk._async.worker import AsyncWorker
+from pyalk._async.workers import request_stop, workers
 
 if TYPE_CHECKING:
     from psycopg import AsyncConnection
 
     from pyalk._async.worker import Handler
     from pyalk.stop_token import AsyncStopToken
-    from pyalk.values import Fired, QueueOpts, QueueStats, Schedule
+    from pyalk.values import Fired, QueueOpts, QueueStats, Schedule, WorkerInfo
 
 
 class AsyncAlk:
@@ -96,6 +97,20 @@ class AsyncAlk:
         """``alk.queue_stats``: counts by state, lag and next due time per
         queue (or of one queue); past ``exact_limit`` a count is an estimate."""
         return await queue_stats(self.executor, queue, exact_limit=exact_limit)
+
+    # the registry of workers (docs/worker.md) -----------------------------------
+
+    async def workers(self, *, conn: AsyncConnection | None = None) -> list[WorkerInfo]:
+        """``alk.workers()``: every registered worker, by worker_id, with its
+        last beat, the jobs it held then, and whether it is ``gone``."""
+        return await workers(self.executor, conn=conn)
+
+    async def request_stop(self, worker_id: str, queue: str | None = None, *,
+                           conn: AsyncConnection | None = None) -> bool:
+        """``alk.request_stop``: ask a registered worker to stop as on SIGTERM
+        (it learns at the commit); False when no such worker is registered.
+        ``queue`` routes the call in a sharded deployment."""
+        return await request_stop(self.executor, worker_id, queue, conn=conn)
 
     # scheduler (docs/schedule.md): compositions of ``self.schedules`` --------
 

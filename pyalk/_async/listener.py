@@ -1,6 +1,8 @@
 """A dedicated LISTEN connection on one channel, shared by the worker (a
 background loop that sets a wake event on every NOTIFY) and the stream
-subscription (which reads on the same connection and waits on it).
+subscription (which reads on the same connection and waits on it). The
+worker's loop also listens there on its control channel (``listen_also``),
+whose payloads go to a callback and wake nothing.
 
 The connection is opened outside any pool (``conninfo``, autocommit) and
 subscribed before anything else runs on it, so a commit a later read misses
@@ -51,6 +53,10 @@ class AsyncListener:
         #: Notifications :meth:`run` received (and connects, which may hide one):
         #: a worker's idle advert is consumed by the enqueue that notifies it.
         self.notified = 0
+        # Further channels of run()'s connection and what each payload goes
+        # to; those added while connected are subscribed at the next slice.
+        self._also: dict[str, Callable[[str], None]] = {}
+        self._unsubscribed: list[str] = []
 
     @property
     def channel(self) -> str | None:
@@ -67,6 +73,14 @@ class AsyncListener:
         """The server process id of the connection, when connected."""
         conn = self._conn
         return None if conn is None or conn.closed else conn.info.backend_pid
+
+    def listen_also(self, channel: str, on_payload: Callable[[str], None]) -> None:
+        """Also LISTEN on ``channel`` in :meth:`run` (from its next slice, and
+        on every reconnect), calling ``on_payload`` with each notification's
+        payload there; those count as no notification and wake nothing.
+        Safe from any thread."""
+        self._also[channel] = on_payload
+        self._unsubscribed.append(channel)
 
     async def connect(self) -> AsyncConnection:
         """The listening connection: opened and subscribed when needed (after
@@ -87,6 +101,9 @@ class AsyncListener:
         conn = await AsyncConnection.connect(self._conninfo, **options)
         try:
             await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self._channel)))
+            self._unsubscribed.clear()
+            for channel in list(self._also):
+                await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
         except BaseException:
             await conn.close()
             raise
@@ -128,12 +145,21 @@ class AsyncListener:
                 try:
                     conn = await self._open()
                     self.healthy()
-                    logger.debug("listening on %s", self._channel, extra={**extra, "channel": self._channel})
+                    for channel in (self._channel, *self._also):
+                        logger.debug("listening on %s", channel, extra={**extra, "channel": channel})
                     self.notified += 1
                     wake.set()
                     while not stop.is_set():
+                        while self._unsubscribed:
+                            channel = self._unsubscribed.pop(0)
+                            await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+                            logger.debug("listening on %s", channel, extra={**extra, "channel": channel})
                         # Short slices: the threaded form notices a stop between them.
-                        async for _notify in conn.notifies(timeout=0.25):
+                        async for notify in conn.notifies(timeout=0.25):
+                            on_payload = self._also.get(notify.channel)
+                            if on_payload is not None:
+                                on_payload(notify.payload)
+                                continue
                             self.notified += 1
                             wake.set()
                             # The woken claim goes first: re-arming this wait

@@ -22,13 +22,14 @@ from pyalk._sync.queue import Queue, queue_stats
 from pyalk._sync.schedule import Schedules
 from pyalk._sync.stream import Stream
 from pyalk._sync.worker import Worker
+from pyalk._sync.workers import request_stop, workers
 
 if TYPE_CHECKING:
     from psycopg import Connection
 
     from pyalk._sync.worker import Handler
     from pyalk.stop_token import StopToken
-    from pyalk.values import Fired, QueueOpts, QueueStats, Schedule
+    from pyalk.values import Fired, QueueOpts, QueueStats, Schedule, WorkerInfo
 
 
 class Alk:
@@ -97,6 +98,20 @@ class Alk:
         """``alk.queue_stats``: counts by state, lag and next due time per
         queue (or of one queue); past ``exact_limit`` a count is an estimate."""
         return queue_stats(self.executor, queue, exact_limit=exact_limit)
+
+    # the registry of workers (docs/worker.md) -----------------------------------
+
+    def workers(self, *, conn: Connection | None = None) -> list[WorkerInfo]:
+        """``alk.workers()``: every registered worker, by worker_id, with its
+        last beat, the jobs it held then, and whether it is ``gone``."""
+        return workers(self.executor, conn=conn)
+
+    def request_stop(self, worker_id: str, queue: str | None = None, *,
+                           conn: Connection | None = None) -> bool:
+        """``alk.request_stop``: ask a registered worker to stop as on SIGTERM
+        (it learns at the commit); False when no such worker is registered.
+        ``queue`` routes the call in a sharded deployment."""
+        return request_stop(self.executor, worker_id, queue, conn=conn)
 
     # scheduler (docs/schedule.md): compositions of ``self.schedules`` --------
 

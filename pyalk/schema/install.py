@@ -45,7 +45,7 @@ def versions() -> list[Version]:
 
 
 #: The current definition, by mechanism in dependency order.
-CURRENT = ("core", "queue", "stream", "outbox", "lock", "schedule", "security")
+CURRENT = ("core", "queue", "workers", "stream", "outbox", "lock", "schedule", "security")
 
 
 def current_files() -> list[Path]:

@@ -30,7 +30,11 @@ ROUTING_ARGUMENTS = ("queue", "stream", "name", "outbox")
 #: "any": one partition, any (pure or clock functions); "all": every
 #: partition, set results concatenated and then sorted by their first column
 #: (which is how a single server orders them); "hash_or_all": by the hash of
-#: the first argument, or every partition when it is NULL; "custom": a body
+#: the first argument, or every partition when it is NULL; "queue_or_all": a
+#: boolean answer about a worker, by the hash of its optional queue argument,
+#: or asked of every partition when it is NULL (true where any says true, NULL
+#: where none knows the worker); "hash:<argument>": by the hash of that
+#: argument (not the first); "custom": a body
 #: of its own in _CUSTOM; "local": not proxied, because it manages the
 #: database it runs in (roles and grants: run it on each partition, and grant
 #: the router's own functions on the router).
@@ -64,6 +68,15 @@ ROUTES: dict[str, str] = {
     "stream_stats": "hash_or_all",
     "stream_consumer_lag": "hash_or_all",
     "queue_throughput": "hash_or_all",
+    # 0024 workers: a worker's row lives with its queue (its control channel
+    # then fires where it LISTENs for the queue's wake-ups). An operator's
+    # request_stop needs only the worker id: without the queue, every
+    # partition is asked, as is the whole registry for workers().
+    "worker_register": "hash:queue",
+    "worker_beat": "queue_or_all",
+    "worker_deregister": "queue_or_all",
+    "request_stop": "queue_or_all",
+    "workers": "all",
 }
 
 #: The job operations take the queue last and optional (job ids are unique
@@ -320,6 +333,22 @@ def _remote_call(function: Function) -> str:
     return f" SELECT * FROM alk.{function.name}({function.call_arguments});"
 
 
+def _queue_or_all(function: Function) -> str:
+    """A boolean about one worker: on its queue's partition, or, without the
+    queue, on every partition with the answers combined by bool_or (true if
+    any partition says true; NULL, the worker unknown, if all say NULL)."""
+    if function.returns_set or function.result != "boolean" or "queue" not in function.in_names:
+        raise RouterError(f"alk.{function.name}: route 'queue_or_all' needs a boolean function with a queue argument")
+    call = f" SELECT alk.{function.name}({function.call_arguments});"
+    every = _proxy(f"_all_{function.name}", function.arguments, "SETOF boolean", "ALL", call)
+    one = _proxy(f"_one_{function.name}", function.arguments, "boolean", "alk._partition_hash(queue)", call)
+    body = (f"IF queue IS NULL THEN\n        RETURN (SELECT bool_or(answer) FROM alk._all_{function.name}("
+            f"{function.call_arguments}) AS answer);\n    END IF;\n"
+            f"    RETURN alk._one_{function.name}({function.call_arguments});")
+    return (every + one + f"CREATE FUNCTION alk.{function.name}({function.arguments})\nRETURNS boolean "
+            f"LANGUAGE plpgsql\nAS $$\n#variable_conflict use_variable\nBEGIN\n    {body}\nEND\n$$;\n")
+
+
 def _function(function: Function) -> str:
     """The router side of one function."""
     route = function.route()
@@ -333,6 +362,8 @@ def _function(function: Function) -> str:
         return _proxy(function.name, function.arguments, function.result, "ANY")
     if route == "local":
         return ""
+    if route == "queue_or_all":
+        return _queue_or_all(function)
     if route == "custom":
         # The custom body calls the function on every partition through _all_<name>.
         every = _CUSTOM_PROXIES.get(function.name) or _proxy(

@@ -318,3 +318,36 @@ def test_a_job_a_crashed_tick_left_behind_is_forwarded_by_the_next_tick(routed: 
             assert one(source, "SELECT count(*) FROM alk.list_jobs(%s)", queue) == 0
         moved = db.execute("SELECT payload, priority FROM alk.claim(%s, 'w', 10)", [queue]).fetchall()
         assert ({"left": True}, 4) in moved
+
+
+# workers ----------------------------------------------------------------------------
+
+
+def test_a_workers_row_lives_with_its_queue_and_is_reached_with_or_without_it(target: Target,
+                                                                                 db: psycopg.Connection, tag: str):
+    queues = [f"{tag}-q{i}" for i in range(4)]
+    ids = [f"{tag}-w{i}" for i in range(4)]
+    for worker_id, queue in zip(ids, queues, strict=True):
+        channel = one(db, "SELECT alk.worker_register(%s, %s, 'h', 1, 2, 'v')", worker_id, queue)
+        assert channel.startswith("alk_w_")
+        with psycopg.connect(target.partition_of(queue), autocommit=True) as home:
+            assert one(home, "SELECT queue FROM alk.workers() WHERE worker_id = %s", worker_id) == queue
+    listed = [row[0] for row in db.execute("SELECT worker_id FROM alk.workers()")]
+    assert [worker_id for worker_id in listed if worker_id.startswith(tag)] == ids
+    assert listed == sorted(listed)  # the merge keeps one server's order
+
+    assert one(db, "SELECT alk.worker_beat(%s, 3, %s)", ids[0], queues[0]) is False
+    assert one(db, "SELECT alk.worker_beat(%s, 3)", ids[0]) is False
+    assert one(db, "SELECT alk.request_stop(%s)", ids[1]) is True
+    assert one(db, "SELECT alk.worker_beat(%s, 0)", ids[1]) is True
+    assert one(db, "SELECT alk.worker_beat(%s, 0, %s)", ids[1], queues[1]) is True
+    assert one(db, "SELECT alk.request_stop(%s, %s)", ids[2], queues[2]) is True
+    assert one(db, "SELECT alk.request_stop(%s, %s)", ids[3], queues[2]) is False  # another queue: not found
+    assert one(db, "SELECT alk.request_stop(%s)", f"{tag}-nobody") is False
+    assert one(db, "SELECT alk.worker_beat(%s, 0)", f"{tag}-nobody") is None
+    assert one(db, "SELECT alk.worker_deregister(%s)", ids[0]) is True
+    assert one(db, "SELECT alk.worker_deregister(%s, %s)", ids[1], queues[1]) is True
+    assert one(db, "SELECT alk.worker_beat(%s, 0)", ids[0]) is None
+    stopping = {row[0]: row[1] for row in db.execute("SELECT worker_id, stopping FROM alk.workers()")
+                if row[0].startswith(tag)}
+    assert stopping == {ids[2]: True, ids[3]: False}

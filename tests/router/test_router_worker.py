@@ -5,6 +5,7 @@ NOTIFY fires where the enqueue commits, never on the router."""
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -93,3 +94,36 @@ def test_the_cli_prints_the_router_install_and_works_through_the_router(
 def test_the_cli_refuses_a_partition_count_that_is_not_a_power_of_two(capsys: pytest.CaptureFixture[str]):
     assert main(["sql", "--router", "dbname=a", "--router", "dbname=b", "--router", "dbname=c"]) == 1
     assert "power of two" in capsys.readouterr().err
+
+
+def test_a_worker_through_the_router_registers_on_its_queues_partition_and_stops_when_asked(
+        routed: Target, tag: str, caplog: pytest.LogCaptureFixture):
+    queue = f"{tag}-stop"
+
+    def handler(job: Job) -> None:
+        pass
+
+    def logged(fragment: str) -> bool:
+        return any(fragment in record.getMessage() for record in list(caplog.records))
+
+    caplog.set_level(logging.DEBUG, logger="pyalk.worker")
+    conninfo = routed.partition_of(queue)
+    with Alk(routed.dsn) as alk:
+        worker = alk.worker(queue, handler, poll_interval=600, handle_signals=False, listen_conninfo=conninfo)
+        thread = threading.Thread(target=worker.run)
+        thread.start()
+        try:
+            with psycopg.connect(conninfo, autocommit=True) as home:
+                wait_for(lambda: home.execute("SELECT count(*) FROM alk.workers() WHERE worker_id = %s",
+                                              [worker.worker_id]).fetchone() == (1,))
+            wait_for(lambda: logged("listening on alk_w_"))
+            # Asked through the router without the queue, the stop reaches the
+            # worker's channel on the partition where it LISTENs.
+            assert alk.request_stop(worker.worker_id) is True
+            thread.join(30)
+            assert not thread.is_alive()
+            assert logged("seen on its control channel")
+        finally:
+            worker.stop()
+            thread.join(30)
+        assert [w for w in alk.workers() if w.worker_id == worker.worker_id] == []

@@ -172,14 +172,16 @@ def test_the_lists_cover_every_public_function(db):
 
 MAY_NOT = {
     "reader": ["SELECT alk.enqueue('q', '1')", "SELECT * FROM alk.claim('q', 'w', 1)", "SELECT alk.publish('s', '1')",
-               "SELECT alk.try_lock('l', 'o', 5)", "SELECT alk.cancel('q', 1)", "SELECT alk.grant_reader('x')"],
+               "SELECT alk.try_lock('l', 'o', 5)", "SELECT alk.cancel('q', 1)", "SELECT alk.grant_reader('x')",
+               "SELECT alk.worker_register('w', 'q', 'h', 1, 1, 'v')", "SELECT alk.request_stop('w')"],
     "producer": ["SELECT * FROM alk.claim('q', 'w', 1)", "SELECT alk.ack(1, 'w')", "SELECT alk.cancel('q', 1)",
                  "SELECT alk.save_offset('s', 'c', 1)", "SELECT * FROM alk.list_jobs('q')",
-                 "SELECT alk.limit_names('x', NULL)"],
+                 "SELECT alk.limit_names('x', NULL)", "SELECT alk.worker_beat('w', 0)",
+                 "SELECT * FROM alk.workers()"],
     "worker": ["SELECT alk.cancel('q', 1)", "SELECT alk.sweep_expired('q')", "SELECT alk.trim_to('s', 1)",
                "SELECT alk.schedule('n', '@hourly', 'q')", "SELECT * FROM alk.tick()",
                "SELECT alk._try_lock('alk:scheduler', 'me', 60)", "SELECT alk.requeue_dead('q')",
-               "SELECT alk.grant_worker('x')"],
+               "SELECT alk.grant_worker('x')", "SELECT alk.request_stop('w')", "SELECT * FROM alk.workers()"],
     "admin": ["GRANT EXECUTE ON FUNCTION alk.clock_privilege() TO CURRENT_USER"],
 }
 
@@ -209,10 +211,13 @@ def test_each_kind_does_its_work(db, role):
         assert one(worker, "SELECT count(*) FROM alk.read_from_consumer('s', 'c', 10)") == 1
         assert one(worker, "SELECT alk.save_offset('s', 'c', 1)") is True
         assert one(worker, "SELECT alk.try_lock('l', 'w', 30)") is True
+        assert one(worker, "SELECT alk.worker_register('w', 'q', 'h', 1, 2, 'v')").startswith("alk_w_")
+        assert one(worker, "SELECT alk.worker_beat('w', 1)") is False
     with login(role("reader")) as reader:
         assert one(reader, "SELECT count(*) FROM alk.queue_stats()") >= 1
         assert one(reader, "SELECT alk.get_offset('s', 'c')") == 1
         assert one(reader, "SELECT owner FROM alk.get_lock('l')") == "w"
+        assert one(reader, "SELECT running FROM alk.workers()") == 1
     with login(role("admin")) as admin:
         assert one(admin, "SELECT alk.trim_to('s', 1)") == 1
         assert one(admin, "SELECT alk.sweep_expired('q')") == 0
@@ -220,6 +225,7 @@ def test_each_kind_does_its_work(db, role):
         assert one(admin, "SELECT alk.cancel('q', %s)", job_id) is False
         assert one(admin, "SELECT alk.schedule('n', '@hourly', 'q')") > 0
         assert one(admin, "SELECT alk.grant_reader(%s)", user_of(role())) > 0
+        assert one(admin, "SELECT alk.request_stop('w')") is True
 
 
 def test_grants_are_idempotent_recorded_and_revocable(db, role):

@@ -6,7 +6,8 @@ buffered, give running handlers the grace period, flush their outcomes).
 The parts, one role each: the prefetch buffer (pyalk/worker/buffer.py), the
 claim loop (claim.py) and its idle/wake handshake (advert.py), the runners
 (runners.py), the settlement batcher (settlement.py), the heartbeater
-(heartbeat.py) and the LISTEN connection (pyalk/_async/listener.py).
+(heartbeat.py), the row in the registry of workers (registry.py) and the
+LISTEN connection (pyalk/_async/listener.py).
 """
 
 from __future__ import annotations
@@ -26,12 +27,14 @@ from pyalk._async.queue import AsyncJobHandle, AsyncQueue
 from pyalk._async.worker.advert import BUSY_POLL, AsyncIdleAdvert
 from pyalk._async.worker.claim import AsyncClaimLoop
 from pyalk._async.worker.heartbeat import AsyncHeartbeater, Running
+from pyalk._async.worker.registry import AsyncRegistration
 from pyalk._async.worker.runners import AsyncRunners, Handler
 from pyalk._async.worker.settlement import AsyncSettlementBatcher, Outcome, Settled
 from pyalk.backoff import Backoff
 from pyalk.errors import TRANSIENT_ERRORS
 from pyalk.runtime import AsyncEvent, AsyncPool, AsyncRuntime, AsyncSignals, AsyncTask
 from pyalk.worker.buffer import PREFETCH, PrefetchBuffer
+from pyalk.worker.control import DEREGISTER_WITHIN
 from pyalk.worker.errors import PermanentError, one_line
 from pyalk.worker.in_flight import InFlight
 from pyalk.worker.observer import WorkerObserver
@@ -178,6 +181,9 @@ class AsyncWorker:
             life=self._life, wake=self._wake, filled=self._filled, stopped=self._stopped,
             poll_interval=self.poll_interval, burst=burst)
         self._pool = AsyncPool(concurrency, name=f"pyalk-worker-{queue.name}")
+        self._registration = AsyncRegistration(
+            queue, self.worker_id, concurrency=concurrency, listener=self._listener, stop=self.stop,
+            holding=lambda: len(self._in_flight) + len(self._buffer) + len(self._settler), fields=self._fields)
 
     def __repr__(self) -> str:
         return (
@@ -259,6 +265,7 @@ class AsyncWorker:
                 extra=self._fields(concurrency=self.concurrency, prefetch=self.prefetch),
             )
             tasks["acks"] = AsyncRuntime.spawn(self._settler.run, name="pyalk-worker-acks")
+            tasks["registry"] = AsyncRuntime.spawn(self._registration.run, name="pyalk-worker-registry")
             if self.heartbeat:
                 tasks["heartbeats"] = AsyncRuntime.spawn(self._heartbeater.run, name="pyalk-worker-heartbeats")
             if self._listener is not None:
@@ -338,6 +345,9 @@ class AsyncWorker:
         if "acks" in tasks:
             await tasks["acks"].join(max(grace, 5.0) + 5.0)
         self._heartbeater.close()
+        self._registration.close()  # deregisters, within a bound: a silent server never holds up the exit
+        if "registry" in tasks:
+            await tasks["registry"].join(DEREGISTER_WITHIN)
         for name, task in tasks.items():
             if name != "acks":
                 task.cancel()

@@ -7,7 +7,8 @@ buffered, give running handlers the grace period, flush their outcomes).
 The parts, one role each: the prefetch buffer (pyalk/worker/buffer.py), the
 claim loop (claim.py) and its idle/wake handshake (advert.py), the runners
 (runners.py), the settlement batcher (settlement.py), the heartbeater
-(heartbeat.py) and the LISTEN connection (pyalk/_async/listener.py).
+(heartbeat.py), the row in the registry of workers (registry.py) and the
+LISTEN connection (pyalk/_async/listener.py).
 """
 
 from __future__ import annotations
@@ -27,12 +28,14 @@ from pyalk._sync.queue import JobHandle, Queue
 from pyalk._sync.worker.advert import BUSY_POLL, IdleAdvert
 from pyalk._sync.worker.claim import ClaimLoop
 from pyalk._sync.worker.heartbeat import Heartbeater, Running
+from pyalk._sync.worker.registry import Registration
 from pyalk._sync.worker.runners import Runners, Handler
 from pyalk._sync.worker.settlement import SettlementBatcher, Outcome, Settled
 from pyalk.backoff import Backoff
 from pyalk.errors import TRANSIENT_ERRORS
 from pyalk.runtime import Event, Pool, Runtime, Signals, Task
 from pyalk.worker.buffer import PREFETCH, PrefetchBuffer
+from pyalk.worker.control import DEREGISTER_WITHIN
 from pyalk.worker.errors import PermanentError, one_line
 from pyalk.worker.in_flight import InFlight
 from pyalk.worker.observer import WorkerObserver
@@ -179,6 +182,9 @@ class Worker:
             life=self._life, wake=self._wake, filled=self._filled, stopped=self._stopped,
             poll_interval=self.poll_interval, burst=burst)
         self._pool = Pool(concurrency, name=f"pyalk-worker-{queue.name}")
+        self._registration = Registration(
+            queue, self.worker_id, concurrency=concurrency, listener=self._listener, stop=self.stop,
+            holding=lambda: len(self._in_flight) + len(self._buffer) + len(self._settler), fields=self._fields)
 
     def __repr__(self) -> str:
         return (
@@ -260,6 +266,7 @@ class Worker:
                 extra=self._fields(concurrency=self.concurrency, prefetch=self.prefetch),
             )
             tasks["acks"] = Runtime.spawn(self._settler.run, name="pyalk-worker-acks")
+            tasks["registry"] = Runtime.spawn(self._registration.run, name="pyalk-worker-registry")
             if self.heartbeat:
                 tasks["heartbeats"] = Runtime.spawn(self._heartbeater.run, name="pyalk-worker-heartbeats")
             if self._listener is not None:
@@ -339,6 +346,9 @@ class Worker:
         if "acks" in tasks:
             tasks["acks"].join(max(grace, 5.0) + 5.0)
         self._heartbeater.close()
+        self._registration.close()  # deregisters, within a bound: a silent server never holds up the exit
+        if "registry" in tasks:
+            tasks["registry"].join(DEREGISTER_WITHIN)
         for name, task in tasks.items():
             if name != "acks":
                 task.cancel()
