@@ -5,7 +5,7 @@ autoescaping; every action is a POST carrying the CSRF token."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from typing import Any
@@ -22,7 +22,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from pyalk.dashboard import charts, security
-from pyalk.dashboard.data import EXACT_LIMIT, Data, JobKey, make_pool
+from pyalk.dashboard.data import ACTIONS, EXACT_LIMIT, Data, JobKey, make_pool
 from pyalk.dashboard.metrics import QueueMetrics
 
 STATES = ("pending", "processing", "dead")
@@ -61,12 +61,31 @@ def _approx(value: int) -> str:
     return f"{round(value, min(0, 3 - digits)):,}"
 
 
+#: A worker's state as the pages show it, from alk.workers()' flags: gone
+#: (silent past the SQL's bound, whatever it was asked) over stopping (asked
+#: to stop) over running.
+WORKER_STATES = ("running", "stopping", "gone")
+
+
+def _worker_state(worker: dict[str, Any]) -> str:
+    return "gone" if worker["gone"] else "stopping" if worker["stopping"] else "running"
+
+
+def _worker_counts(workers: Iterable[dict[str, Any]]) -> dict[str, int]:
+    counts = dict.fromkeys(WORKER_STATES, 0)
+    for worker in workers:
+        counts[_worker_state(worker)] += 1
+    return counts
+
+
 def _environment() -> Environment:
     env = Environment(loader=PackageLoader("pyalk.dashboard", "templates"),
                       autoescape=select_autoescape(default=True, default_for_string=True))
     env.filters["stamp"] = _stamp
     env.filters["span"] = _span
     env.filters["approx"] = _approx
+    env.filters["worker_state"] = _worker_state
+    env.filters["worker_counts"] = _worker_counts
     env.globals["chart"] = charts.throughput_svg
     env.globals["refresh_s"] = REFRESH_S
     return env
@@ -112,7 +131,7 @@ class Dashboard:
 
     async def _render(self, request: Request, template: str, status: int = 200, **context: Any) -> HTMLResponse:
         token = request.cookies.get(security.CSRF_COOKIE) or security.new_csrf_token()
-        allowed = {name: False for name in ("requeue", "cancel", "pause", "resume")}
+        allowed = dict.fromkeys(ACTIONS, False)
         if not self.read_only:
             allowed = await self.data.allowed()
         html = self.env.get_template(template).render(
@@ -153,7 +172,7 @@ class Dashboard:
                                                "after": f"{last['priority']},{last['run_at']},{last['id']}"})
         return {"name": name, "state": state, "states": STATES, "jobs": jobs, "next_page": next_page,
                 "stats": await self.data.queue(name), "throughput": await self.data.throughput(name),
-                "now": await self.data.now(), "first_page": after is None,
+                "workers": await self.data.workers(), "now": await self.data.now(), "first_page": after is None,
                 "first_url": "/queue?" + urlencode({"name": name, "state": state}),
                 "page_url": "/queue?" + urlencode({"name": name, "state": state})}
 
@@ -203,6 +222,21 @@ class Dashboard:
             return PlainTextResponse("no such event", status_code=404)
         return _json_text(event["payload"])
 
+    async def _workers_context(self, request: Request) -> dict[str, Any]:
+        queue = request.query_params.get("queue") or None
+        workers = await self.data.workers()
+        if workers is not None and queue is not None:
+            workers = [w for w in workers if w["queue"] == queue]
+        return {"workers": workers, "queue": queue, "now": await self.data.now(),
+                "page_url": "/workers" + (f"?{urlencode({'queue': queue})}" if queue else ""),
+                "fragment_url": "/fragments/workers" + (f"?{urlencode({'queue': queue})}" if queue else "")}
+
+    async def workers(self, request: Request) -> Response:
+        return await self._render(request, "workers.html", **await self._workers_context(request))
+
+    async def workers_fragment(self, request: Request) -> Response:
+        return await self._render(request, "_workers.html", **await self._workers_context(request))
+
     async def metrics_page(self, request: Request) -> Response:
         body = await run_in_threadpool(self.metrics.render)
         return Response(body, media_type="text/plain; version=0.0.4; charset=utf-8")
@@ -234,6 +268,12 @@ class Dashboard:
             async def done() -> str:
                 changed = await (self.data.pause(queue) if name == "pause" else self.data.resume(queue))
                 return f"{name}d" if changed else f"already {name}d"
+        elif name == "stop":
+            worker_id = _required(_text(form.get("worker_id")), "worker_id")
+
+            async def done() -> str:
+                asked = await self.data.stop(worker_id, queue)
+                return "asked the worker to stop" if asked else "nothing to stop: the worker is not registered"
         else:
             return PlainTextResponse("no such action", status_code=404)
         try:
@@ -315,6 +355,8 @@ def create_app(conninfo: str, *, token: str | None = None, read_only: bool = Fal
         Route("/job", _handled(board.job)),
         Route("/job/payload", _handled(board.job_payload)),
         Route("/stream", _handled(board.stream)),
+        Route("/workers", _handled(board.workers)),
+        Route("/fragments/workers", _handled(board.workers_fragment)),
         Route("/event/payload", _handled(board.event_payload)),
         Route("/metrics", board.metrics_page),
         Route("/actions/{name}", _handled(board.action), methods=["POST"]),

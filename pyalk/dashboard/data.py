@@ -14,12 +14,13 @@ Row = dict[str, Any]
 
 #: The functions behind each action; an action is offered when the role may
 #: execute its function (the read-only grants leave them out) and it exists
-#: (pause/resume arrive with the queue's 0009).
+#: (pause/resume arrive with the queue's 0009, stop with the workers' 0024).
 ACTIONS: dict[str, str] = {
     "requeue": "alk.requeue_dead(text, bigint[])",
     "cancel": "alk.cancel(text, bigint)",
     "pause": "alk.pause_queue(text)",
     "resume": "alk.resume_queue(text)",
+    "stop": "alk.request_stop(text, text)",
 }
 
 #: The server's clock, for "in 5m" and "3s ago". Not alk.now(): called
@@ -143,6 +144,15 @@ class Data:
     async def consumers(self, stream: str) -> list[Row]:
         return await self._all("SELECT * FROM alk.stream_consumer_lag(%s)", stream)
 
+    async def workers(self) -> list[Row] | None:
+        """Every registered worker the role may see (alk.workers(), ordered by
+        worker_id); None when the role may not read the registry or the
+        schema predates it (0024): the pages say so instead of failing."""
+        try:
+            return await self._all("SELECT * FROM alk.workers()")
+        except (psycopg.errors.InsufficientPrivilege, psycopg.errors.UndefinedFunction):
+            return None
+
     # actions -----------------------------------------------------------------
 
     async def requeue(self, queue: str, job_ids: list[int] | None) -> int:
@@ -160,3 +170,8 @@ class Data:
     async def resume(self, queue: str) -> bool:
         row = await self._one("SELECT alk.resume_queue(%s) AS changed", queue)
         return bool(row and row["changed"])
+
+    async def stop(self, worker_id: str, queue: str) -> bool:
+        """Ask a worker to stop; queue routes the call (a sharded deployment)."""
+        row = await self._one("SELECT alk.request_stop(%s, %s) AS asked", worker_id, queue)
+        return bool(row and row["asked"])

@@ -69,6 +69,48 @@ def seed(db: psycopg.Connection) -> Seeded:
     return Seeded(dsn="", dead_id=dead_id, big_id=big_id)
 
 
+@dataclass(frozen=True)
+class Registered:
+    """Workers in the registry, as alk.worker_register left them (no worker
+    process: the pages read rows), and each one's control channel."""
+
+    channels: dict[str, str]
+
+
+#: The registered workers: id -> (queue, host, pid, concurrency, version).
+#: The hostile one's id, host and version are markup, as a worker could send.
+WORKERS = {
+    "emails-1": ("emails", "web-3", 4242, 8, "pyalk 0.9"),
+    "emails-2": ("emails", "web-4", 977, 4, "pyalk 0.9"),
+    HOSTILE: (HOSTILE, HOSTILE, 1, 2, "<b>x</b>"),
+    "reports-old": ("reports", "batch-1", 31337, 1, "node-alk 1.2"),
+}
+#: Registered this long ago and silent since: past the 30 s silence bound.
+GONE = "reports-old"
+GONE_SILENT_S = 120
+
+
+def register_workers(db: psycopg.Connection) -> Registered:
+    """WORKERS registered through alk.worker_register; emails-1 beats with 3
+    jobs held; GONE registered under a clock pinned GONE_SILENT_S ago."""
+    channels: dict[str, str] = {}
+    for worker_id, (queue, host, pid, concurrency, version) in WORKERS.items():
+        with db.transaction():
+            if worker_id == GONE:
+                db.execute("SELECT set_config('alk.now', (alk.now() - %s)::text, true)", [GONE_SILENT_S])
+            row = db.execute("SELECT alk.worker_register(%s, %s, %s, %s, %s, %s)",
+                             [worker_id, queue, host, pid, concurrency, version]).fetchone()
+        assert row
+        channels[worker_id] = row[0]
+    assert db.execute("SELECT alk.worker_beat('emails-1', 3)").fetchone() == (False,)
+    return Registered(channels)
+
+
+@pytest.fixture
+def registered(db: psycopg.Connection, seeded: Seeded) -> Registered:
+    return register_workers(db)
+
+
 @pytest.fixture
 def seeded(db: psycopg.Connection, dsn: str) -> Seeded:
     found = seed(db)
@@ -98,8 +140,8 @@ def make_role(db: psycopg.Connection, dsn: str) -> Iterator[Callable[[str], str]
             sql = recipe("## A read-only role").replace("app_viewer", f'"{role}"')
             sql = sql.replace(f"CREATE ROLE \"{role}\" LOGIN PASSWORD '...';", f'CREATE ROLE "{role}" LOGIN;')
         else:
-            # docs/security.md's roles as code: the admin kind.
-            sql = f"CREATE ROLE \"{role}\" LOGIN; SELECT alk.grant_admin('{role}');"
+            # docs/security.md's roles as code: the reader or the admin kind.
+            sql = f"CREATE ROLE \"{role}\" LOGIN; SELECT alk.grant_{kind}('{role}');"
         db.execute(sql)
         made.append(role)
         return psycopg.conninfo.make_conninfo(dsn, user=role)

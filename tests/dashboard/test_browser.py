@@ -1,8 +1,9 @@
 """The dashboard in a real browser: Debian's headless Chromium driven by
 Selenium through the system chromedriver. Load the overview, open a queue,
 open a dead job, requeue it, and see the counts change, with htmx's refresh
-and without a reload. PYALK_SCREENSHOTS=<dir> saves the overview and the job
-page there (docs/img/ holds the ones docs/dashboard.md shows)."""
+and without a reload; open the workers page and stop a worker. PYALK_SCREENSHOTS=<dir>
+saves the overview, the job page and the workers page there (docs/img/ holds
+the ones docs/dashboard.md shows)."""
 
 from __future__ import annotations
 
@@ -15,9 +16,11 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+import psycopg
 import pytest
+from psycopg import sql
 
-from tests.dashboard.conftest import HOSTILE
+from tests.dashboard.conftest import GONE, HOSTILE, Registered
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
@@ -142,3 +145,37 @@ def test_the_job_browser_pages_forward_in_the_browser(browser, live_server, db):
         wait_for(lambda: browser.execute_script("return document.readyState") == "complete", "the next page")
     assert len(ids) == 120 and len(set(ids)) == 120
     assert [int(i) for i in ids] == sorted(int(i) for i in ids)  # equal priority and run_at: id order
+
+
+def worker_state(driver: Any, worker_id: str) -> str | None:
+    """A worker's state on the workers page, read in one script call (htmx swaps the table)."""
+    state = driver.execute_script(
+        "for (const row of document.querySelectorAll('tr[data-worker]')) {"
+        "  if (row.dataset.worker === arguments[0]) return row.dataset.state;"
+        "} return null;", worker_id)
+    return None if state is None else str(state)
+
+
+def test_the_workers_page_stops_a_worker_and_the_worker_hears_it(browser, live_server, dsn,
+                                                                  registered: Registered):
+    with psycopg.connect(dsn, autocommit=True) as listener:
+        # What a worker does with the channel alk.worker_register returned.
+        listener.execute(sql.SQL("LISTEN {}").format(sql.Identifier(registered.channels["emails-1"])))
+        browser.get(live_server + "/")
+        click(browser, By.LINK_TEXT, "workers")
+        wait_for(lambda: browser.title == "workers · pyalk", "the workers page")
+        assert HOSTILE in browser.find_element(By.TAG_NAME, "main").text  # an id shown as text, no script run
+        assert browser.find_elements(By.XPATH, "//script[not(@src)]") == []
+        assert [worker_state(browser, w) for w in ("emails-1", HOSTILE, GONE)] == ["running", "running", "gone"]
+
+        click(browser, By.CSS_SELECTOR, 'tr[data-worker="emails-1"] button')
+        wait_for(lambda: browser.find_elements(By.CSS_SELECTOR, "p.flash"), "the confirmation")
+        assert browser.find_element(By.CSS_SELECTOR, "p.flash").text == "asked the worker to stop"
+        assert worker_state(browser, "emails-1") == "stopping"
+        assert browser.find_elements(By.CSS_SELECTOR, 'tr[data-worker="emails-1"] button') == []
+        assert worker_state(browser, "emails-2") == "running"
+        wait_for(lambda: browser.execute_script("return typeof window.htmx === 'object'"), "htmx to load")
+        shoot(browser, "dashboard-workers.png")
+
+        heard = list(listener.notifies(timeout=10, stop_after=1))
+    assert [(n.channel, n.payload) for n in heard] == [(registered.channels["emails-1"], "stop")]
