@@ -16,14 +16,15 @@ import math
 import threading
 import time
 
-#: Seconds a stop allows beyond the grace period: the claim in flight, the
-#: release of buffered jobs, the final flush and the background loops'
-#: exit, each a round trip or less against a healthy server.
-STOP_MARGIN = 0.5
+#: Seconds a stop allows beyond the grace period: the release of jobs put
+#: back meanwhile, the final flush and the background loops' exit, each a
+#: round trip or less against a healthy server. The rest of the second the
+#: issue allows (grace + 1 s) is the process's own exit.
+STOP_MARGIN = 0.25
 #: Seconds a claim loop still out at a stop may take to come back: a healthy
 #: claim takes milliseconds; one out longer is waiting for the server (a
 #: connection slot, a reply on a dead socket) and is given up.
-CLAIM_STRAGGLE = STOP_MARGIN / 2
+CLAIM_STRAGGLE = 0.25
 
 
 class StopDeadline:

@@ -333,16 +333,16 @@ class Worker:
 
     # stop ----------------------------------------------------------------------
 
-    def _release_buffer(self) -> None:
-        """Give back what never started, if the database answers before the
-        deadline; otherwise those jobs run again after their lease."""
+    def _release_buffer(self, within: float) -> None:
+        """Give back what never started, if the database answers ``within``
+        seconds; otherwise those jobs run again after their lease."""
         self._buffer.release_all()
         if not self._buffer.unstarted:
             return
         jobs = self._buffer.take_unstarted()
         self._tally.released(len(jobs))  # held no more: released, or left to their leases
         try:
-            Runtime.within(self._deadline.left(), self._claims.release, jobs)
+            Runtime.within(within, self._claims.release, jobs)
         except TimeoutError:
             logger.warning("stopping: no answer from the database in time to release %d unstarted jobs; they run "
                            "again after their lease", len(jobs), extra=self._fields())
@@ -353,8 +353,9 @@ class Worker:
         self.stop(force=grace <= 0)
         deadline = self._deadline
         self._end_claims(tasks)
-        # What never started goes back at once, for other workers to take.
-        self._release_buffer()
+        # What never started goes back at once, for other workers to take
+        # (within the grace period: the margin is kept for the final flush).
+        self._release_buffer(max(deadline.grace_left(), deadline.straggle()))
         if self._advert.advertised:
             with contextlib.suppress(TimeoutError, *TRANSIENT_ERRORS):  # the advert dies with its session
                 Runtime.within(deadline.left(), self._advert.retire)
@@ -378,7 +379,7 @@ class Worker:
                            extra=self._fields())
             self._pool.cancel_all()
         self._pool.close(min(1.0, deadline.left()))
-        self._release_buffer()  # a runner may have put one back meanwhile
+        self._release_buffer(deadline.left())  # a runner may have put one back meanwhile
         # Flush what finished, retrying until the deadline if the database is away.
         self._settler.close(deadline.at)
         acks = tasks.get("acks")
