@@ -18,9 +18,14 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Coroutine
-from typing import Any
+from typing import Any, TypeVar
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+T = TypeVar("T")
+
+#: Calls :meth:`AsyncRuntime.within` gave up on, kept referenced while they unwind.
+_given_up: set[asyncio.Task[Any]] = set()
 
 
 # events ----------------------------------------------------------------------
@@ -142,6 +147,27 @@ class AsyncRuntime:
         await asyncio.sleep(0)
 
     @staticmethod
+    async def within(seconds: float, fn: Callable[..., Coroutine[Any, Any, T]], *args: Any) -> T:
+        """``await fn(*args)``, for ``seconds`` at most (none: not even
+        started); past them :class:`TimeoutError`, and the call is cancelled
+        and left to unwind on its own (a statement in flight is cancelled in
+        the server first, which can take longer than the caller has)."""
+        if seconds <= 0:
+            raise TimeoutError(f"no time left for {getattr(fn, '__name__', fn)}")
+        task = asyncio.get_running_loop().create_task(fn(*args))
+        try:
+            done, _ = await asyncio.wait({task}, timeout=seconds)
+        except BaseException:
+            task.cancel()
+            raise
+        if not done:
+            task.cancel()
+            _given_up.add(task)
+            task.add_done_callback(_given_up.discard)
+            raise TimeoutError(f"{getattr(fn, '__name__', fn)} took more than {seconds:.2f}s")
+        return task.result()
+
+    @staticmethod
     def check_handler(handler: Callable[..., Any]) -> None:
         call = getattr(handler, "__call__", None)  # noqa: B004 - an async __call__ counts
         if not (inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(call)):
@@ -173,6 +199,32 @@ class Runtime:
     @staticmethod
     def sleep(seconds: float) -> None:
         time.sleep(seconds)
+
+    @staticmethod
+    def within(seconds: float, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)``, for ``seconds`` at most (none: not even started);
+        past them :class:`TimeoutError`. A thread cannot be stopped: the call
+        runs on a daemon thread of its own, left to finish unseen (its result
+        discarded) once the caller stops waiting."""
+        if seconds <= 0:
+            raise TimeoutError(f"no time left for {getattr(fn, '__name__', fn)}")
+        outcome: list[Any] = []
+
+        def call() -> None:
+            try:
+                outcome.append((True, fn(*args)))
+            except BaseException as error:
+                outcome.append((False, error))
+
+        thread = threading.Thread(target=call, name="pyalk-worker-within", daemon=True)
+        thread.start()
+        thread.join(seconds)
+        if not outcome:
+            raise TimeoutError(f"{getattr(fn, '__name__', fn)} took more than {seconds:.2f}s")
+        ok, value = outcome[0]
+        if not ok:
+            raise value
+        return value  # type: ignore[no-any-return]
 
     @staticmethod
     def yield_now() -> None:

@@ -16,6 +16,7 @@ import logging
 import os
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
+from time import monotonic
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import psycopg
@@ -208,6 +209,11 @@ class AsyncExecutor:
         conninfo, kwargs = pool.conninfo, pool.kwargs or {}
         assert isinstance(conninfo, str) and isinstance(kwargs, dict)
         backoff = Backoff(0.05, 0.5)
+        # As long as a checkout waits for a free connection (the pool's
+        # timeout), then the busy error, transient: a caller that retries
+        # (a worker's claim loop) decides, and a worker that stopped is not
+        # left with a loop retrying for ever.
+        give_up = monotonic() + pool.timeout
         while True:
             try:
                 probe = await AsyncConnection.connect(conninfo, **kwargs)
@@ -215,6 +221,8 @@ class AsyncExecutor:
             except psycopg.OperationalError as error:
                 if not server_busy(error):
                     raise connect_error(conninfo, error) from error
+                if monotonic() >= give_up:
+                    raise
                 # Reachable but full or restarting: wait as after a restart.
                 pause = backoff.next()
                 logger.warning("%s; retrying in %.2fs", connect_error(conninfo, error), pause)

@@ -18,6 +18,7 @@ import logging
 import os
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from time import monotonic
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import psycopg
@@ -210,6 +211,11 @@ class Executor:
         conninfo, kwargs = pool.conninfo, pool.kwargs or {}
         assert isinstance(conninfo, str) and isinstance(kwargs, dict)
         backoff = Backoff(0.05, 0.5)
+        # As long as a checkout waits for a free connection (the pool's
+        # timeout), then the busy error, transient: a caller that retries
+        # (a worker's claim loop) decides, and a worker that stopped is not
+        # left with a loop retrying for ever.
+        give_up = monotonic() + pool.timeout
         while True:
             try:
                 probe = Connection.connect(conninfo, **kwargs)
@@ -217,6 +223,8 @@ class Executor:
             except psycopg.OperationalError as error:
                 if not server_busy(error):
                     raise connect_error(conninfo, error) from error
+                if monotonic() >= give_up:
+                    raise
                 # Reachable but full or restarting: wait as after a restart.
                 pause = backoff.next()
                 logger.warning("%s; retrying in %.2fs", connect_error(conninfo, error), pause)

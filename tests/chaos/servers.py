@@ -188,3 +188,49 @@ def replica_of(primary: PgServer, root: Path, name: str, port: int) -> PgServer:
     until(lambda: primary.scalar(f"SELECT sync_state FROM pg_stat_replication WHERE application_name = '{name}'")
           == "sync", "the replica to be a synchronous standby")
     return replica
+
+
+class SlotHog:
+    """Every connection slot of ``server`` held by this client, superuser
+    slots too (it connects as the superuser): any other client's connect is
+    refused with "too many clients", and its connections are terminated so
+    that it has none left."""
+
+    def __init__(self, server: PgServer) -> None:
+        self.server = server
+        self.conns: list[psycopg.Connection] = []
+
+    def take(self, deadline: float = 60.0) -> int:
+        """Fill every free slot, terminate the other clients' backends, fill
+        the slots they free, until this client holds them all; how many."""
+        end = time.monotonic() + deadline
+        while time.monotonic() < end:
+            self._fill()
+            others = self.others()
+            if not others:
+                return len(self.conns)
+            self.conns[0].execute("SELECT pg_terminate_backend(pid) FROM unnest(%s::int[]) AS pid", [others])
+            # A terminated backend frees its slot as it exits: the next fill
+            # takes it, or the next look finds it still there.
+        raise AssertionError(f"other clients kept connection slots for {deadline:.0f}s: {self.others()}")
+
+    def others(self) -> list[int]:
+        """The client backends of everyone else."""
+        mine = [conn.info.backend_pid for conn in self.conns]
+        rows = self.conns[0].execute("SELECT pid FROM pg_stat_activity WHERE backend_type = 'client backend' "
+                                     "AND pid <> ALL(%s::int[])", [mine]).fetchall()
+        return [row[0] for row in rows]
+
+    def _fill(self) -> None:
+        while True:
+            try:
+                self.conns.append(psycopg.connect(self.server.dsn(), autocommit=True))
+            except psycopg.OperationalError as error:
+                if "too many clients" in str(error) or "remaining connection slots" in str(error):
+                    return
+                raise
+
+    def release(self) -> None:
+        for conn in self.conns:
+            conn.close()
+        self.conns.clear()

@@ -19,6 +19,7 @@ from pyalk._async.worker.settlement import AsyncSettlementBatcher, Outcome, Sett
 from pyalk.backoff import Backoff
 from pyalk.errors import TRANSIENT_ERRORS
 from pyalk.runtime import AsyncEvent, AsyncRuntime
+from pyalk.values import Job
 from pyalk.worker.buffer import PrefetchBuffer
 from pyalk.worker.errors import one_line
 from pyalk.worker.state import Lifecycle, WorkerState
@@ -205,6 +206,10 @@ class AsyncClaimLoop:
         """Give back the jobs that never started: pending at once, attempt refunded."""
         jobs = self._buffer.take_unstarted()
         self._tally.released(len(jobs))  # held no more: released, or left to their leases
+        await self.release(jobs)
+
+    async def release(self, jobs: list[Job]) -> None:
+        """``alk.release_jobs`` on ``jobs`` (taken from the buffer, and counted, by the caller)."""
         fields = self._tally.fields
         try:
             released = await self.queue.release_jobs(self.worker_id, jobs)

@@ -53,7 +53,8 @@ class AsyncSettlementBatcher:
     every batch it sent, with the settle call's duration (the worker calls it
     too for what its claims carried); ``on_given_up(batch)`` of a batch that
     could not be recorded. A transient database error is retried with
-    backoff; after :meth:`close`, only until its deadline.
+    backoff; after :meth:`close`, only until its deadline (a flush stuck
+    past it is the caller's to :meth:`abandon`).
     """
 
     def __init__(
@@ -79,6 +80,8 @@ class AsyncSettlementBatcher:
         self._first_at = 0.0  # time.monotonic() of the oldest pending outcome
         self._ready = AsyncEvent()  # outcomes to flush, or closed
         self._deadline: float | None = None  # set by close()
+        self._closing = AsyncEvent()  # close() was called: a retry's pause ends
+        self._abandoned = False  # set by abandon(): nothing more is reported
         self._sending = 0  # outcomes in the flush under way
 
     def __len__(self) -> int:
@@ -117,12 +120,23 @@ class AsyncSettlementBatcher:
                 self._first_at = 0.0
             self._ready.set()
 
-    def close(self, within: float) -> None:
+    def close(self, deadline: float) -> None:
         """Flush what is pending, then end :meth:`run`; a database that stays
-        away is retried for ``within`` seconds, then the rest runs again after
-        its lease."""
-        self._deadline = time.monotonic() + within
+        away is retried until ``deadline`` (time.monotonic()), then the rest
+        runs again after its lease."""
+        self._deadline = deadline
         self._ready.set()
+        self._closing.set()
+
+    def abandon(self) -> int:
+        """The caller stopped waiting for :meth:`run` (a flush stuck past the
+        deadline): how many outcomes were never settled. They run again after
+        their lease; a flush that still returns is not reported."""
+        with self._lock:
+            self._abandoned = True
+            left = len(self._pending) + self._sending
+            self._pending = []
+        return left
 
     async def run(self) -> None:
         """The flush loop: until closed and empty."""
@@ -147,6 +161,8 @@ class AsyncSettlementBatcher:
                 continue
             try:
                 settled = await self._flush(batch, backoff)
+                if self._abandoned:
+                    return
                 if settled is not None:
                     backoff.reset()
                     self.on_settled(batch, *settled)
@@ -164,14 +180,18 @@ class AsyncSettlementBatcher:
                 states = await self._settle(batch)
                 return states, time.monotonic() - sent
             except TRANSIENT_ERRORS as error:
-                if time.monotonic() >= (math.inf if self._deadline is None else self._deadline):
+                left = (math.inf if self._deadline is None else self._deadline) - time.monotonic()
+                if left <= 0 or self._abandoned:
                     self._logger.error("could not settle %d finished jobs (%s); they run again after their lease",
                                        len(batch), one_line(error), extra=self._extra)
                     return None
                 pause = backoff.next()
                 self._logger.warning("settling failed (%s); trying again in %.1fs", one_line(error), pause,
                                      extra=self._extra)
-                await AsyncRuntime.sleep(pause)
+                if self._deadline is None:
+                    await self._closing.wait(pause)  # a stop ends the pause: its last tries start at once
+                else:
+                    await AsyncRuntime.sleep(min(pause, left))
             except Exception:
                 self._logger.exception("settling failed; %d jobs run again after their lease", len(batch),
                                        extra=self._extra)

@@ -20,6 +20,7 @@ from pyalk._sync.worker.settlement import SettlementBatcher, Outcome, Settled
 from pyalk.backoff import Backoff
 from pyalk.errors import TRANSIENT_ERRORS
 from pyalk.runtime import Event, Runtime
+from pyalk.values import Job
 from pyalk.worker.buffer import PrefetchBuffer
 from pyalk.worker.errors import one_line
 from pyalk.worker.state import Lifecycle, WorkerState
@@ -206,6 +207,10 @@ class ClaimLoop:
         """Give back the jobs that never started: pending at once, attempt refunded."""
         jobs = self._buffer.take_unstarted()
         self._tally.released(len(jobs))  # held no more: released, or left to their leases
+        self.release(jobs)
+
+    def release(self, jobs: list[Job]) -> None:
+        """``alk.release_jobs`` on ``jobs`` (taken from the buffer, and counted, by the caller)."""
         fields = self._tally.fields
         try:
             released = self.queue.release_jobs(self.worker_id, jobs)

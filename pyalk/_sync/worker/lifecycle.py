@@ -19,7 +19,6 @@ import math
 import os
 import secrets
 import socket
-import time
 from collections.abc import Sequence
 
 from pyalk import _codec
@@ -36,6 +35,7 @@ from pyalk.errors import TRANSIENT_ERRORS
 from pyalk.runtime import Event, Pool, Runtime, Signals, Task
 from pyalk.worker.buffer import PREFETCH, PrefetchBuffer
 from pyalk.worker.control import DEREGISTER_WITHIN
+from pyalk.worker.deadline import StopDeadline
 from pyalk.worker.errors import PermanentError, one_line
 from pyalk.worker.in_flight import InFlight
 from pyalk.worker.observer import WorkerObserver
@@ -158,6 +158,8 @@ class Worker:
         self._wake = Event()  # NOTIFY, retry, stop: look for claimable jobs
         self._filled = Event()  # jobs were buffered (or a stop): runners look again
         self._left = Event()  # a running job left while a draining stop watches
+        self._deadline = StopDeadline(self.grace_period)  # set at the stop: bounds every wait after it
+        self._claim_error: Exception | None = None  # what ended the claim loop, if it failed
         self._life = Lifecycle(self._entered)
         self._buffer: PrefetchBuffer[JobHandle] = PrefetchBuffer(
             prefetch=prefetch, concurrency=concurrency, batch_size=self.batch_size, lifetime=self.buffer_lifetime)
@@ -226,6 +228,8 @@ class Worker:
         """Every lifecycle transition: logged, and a stop wakes every wait."""
         logger.debug("worker %s -> %s", old.value, new.value,
                      extra=self._fields(state=new.value, previous=old.value))
+        if new in (WorkerState.DRAINING, WorkerState.FORCED):
+            self._deadline.begin(force=new is WorkerState.FORCED)
         if new in STOPPING:
             for event in (self._stopped, self._wake, self._left, self._filled):
                 event.set()
@@ -276,7 +280,13 @@ class Worker:
             if self._life.begin_running():
                 for index in range(self.concurrency):
                     self._pool.submit(self._runners.run, index)
-                self._claims.run()
+                # The claim loop runs beside this one, which can stop waiting
+                # for it: at a stop it may be waiting on the server.
+                tasks["claims"] = Runtime.spawn(self._claim, name="pyalk-worker-claims")
+                self._stopped.wait(None)  # a stop, or the claim loop is over (a burst done, an error)
+                self._end_claims(tasks)
+                if self._claim_error is not None:
+                    raise self._claim_error
         except BaseException:
             interrupted = True
             raise
@@ -290,6 +300,28 @@ class Worker:
                     self._life.advance(WorkerState.FLUSHING)
                 self._life.advance(WorkerState.STOPPED)
         return self.counts
+
+    def _claim(self) -> None:
+        """The claim loop, as a task: its error is kept for run() to raise."""
+        try:
+            self._claims.run()
+        except Exception as error:
+            self._claim_error = error
+        finally:
+            self._stopped.set()  # claiming is over: run() goes on to the shutdown
+
+    def _end_claims(self, tasks: dict[str, Task]) -> None:
+        """Let the claim loop return (it does within a round trip of a stop);
+        one still waiting on the server after its straggle is given up: the
+        async form cancels it (a claim in flight is cancelled in the server),
+        the threaded form leaves its thread, and what it claims then is left
+        to its lease."""
+        claims = tasks.pop("claims", None)
+        if claims is None or claims.join(self._deadline.straggle()):
+            return
+        claims.cancel()
+        logger.warning("stopping: the claim in flight is still waiting on the database; given up",
+                       extra=self._fields())
 
     # settlement ------------------------------------------------------------
 
@@ -308,27 +340,41 @@ class Worker:
 
     # stop ----------------------------------------------------------------------
 
-    def _release_buffer(self) -> None:
+    def _release_buffer(self, within: float) -> None:
+        """Give back what never started, if the database answers ``within``
+        seconds; otherwise those jobs run again after their lease."""
         self._buffer.release_all()
-        if self._buffer.unstarted:
-            self._claims.release_unstarted()
+        if not self._buffer.unstarted:
+            return
+        jobs = self._buffer.take_unstarted()
+        self._tally.released(len(jobs))  # held no more: released, or left to their leases
+        try:
+            Runtime.within(within, self._claims.release, jobs)
+        except TimeoutError:
+            logger.warning("stopping: no answer from the database in time to release %d unstarted jobs; they run "
+                           "again after their lease", len(jobs), extra=self._fields())
 
     def _shutdown(self, tasks: dict[str, Task], grace: float) -> None:
+        """Stop in order, every wait bounded by the stop's deadline (the grace
+        period plus STOP_MARGIN): whatever the database does, this returns by then."""
         self.stop(force=grace <= 0)
-        # What never started goes back at once, for other workers to take.
-        self._release_buffer()
+        deadline = self._deadline
+        self._end_claims(tasks)
+        # What never started goes back at once, for other workers to take
+        # (within the grace period: the margin is kept for the final flush).
+        self._release_buffer(max(deadline.grace_left(), deadline.straggle()))
         if self._advert.advertised:
-            with contextlib.suppress(*TRANSIENT_ERRORS):  # the advert dies with its session
-                self._advert.retire()
+            with contextlib.suppress(TimeoutError, *TRANSIENT_ERRORS):  # the advert dies with its session
+                Runtime.within(deadline.left(), self._advert.retire)
         self._in_flight.watched = True
         waiting = len(self._in_flight)
         if waiting:
-            logger.info("stopping: waiting up to %.1fs for %d running jobs", grace, waiting, extra=self._fields())
-        deadline = time.monotonic() + grace
+            logger.info("stopping: waiting up to %.1fs for %d running jobs", deadline.grace_left(), waiting,
+                        extra=self._fields())
         while True:
             self._left.clear()
             waiting = len(self._in_flight)
-            remaining = deadline - time.monotonic()
+            remaining = deadline.grace_left()
             if not waiting or remaining <= 0 or self._life.state is WorkerState.FORCED:
                 break
             self._left.wait(remaining)
@@ -339,20 +385,27 @@ class Worker:
             logger.warning("grace period over: %d running jobs are left to lease expiry", waiting,
                            extra=self._fields())
             self._pool.cancel_all()
-        self._pool.close(1.0)
-        self._release_buffer()  # a runner may have put one back meanwhile
-        # Flush what finished; keep trying for a while if the database is away.
-        self._settler.close(max(grace, 5.0))
-        if "acks" in tasks:
-            tasks["acks"].join(max(grace, 5.0) + 5.0)
+        self._pool.close(min(1.0, deadline.left()))
+        self._release_buffer(deadline.left())  # a runner may have put one back meanwhile
+        # Flush what finished, retrying until the deadline if the database is away.
+        self._settler.close(deadline.at)
+        acks = tasks.get("acks")
+        if acks is not None and not acks.join(deadline.left()):
+            acks.cancel()
+            unsettled = self._settler.abandon()
+            self._tally.released(unsettled)
+            logger.warning("stopping: no answer from the database in time to settle %d finished jobs; they run "
+                           "again after their lease", unsettled, extra=self._fields())
         self._heartbeater.close()
         self._registration.close()  # deregisters, within a bound: a silent server never holds up the exit
         if "registry" in tasks:
-            tasks["registry"].join(DEREGISTER_WITHIN)
+            tasks["registry"].join(min(DEREGISTER_WITHIN, deadline.left()))
         for name, task in tasks.items():
             if name != "acks":
                 task.cancel()
-                task.join(2.0)
+                if not task.join(min(2.0, deadline.left())):
+                    logger.warning("stopping: the worker's %s loop is still waiting on the database; left behind",
+                                   name, extra=self._fields())
             error = task.exception()
             if error is not None:
                 logger.error("the worker's %s loop failed: %s", name, one_line(error), exc_info=error,
