@@ -18,7 +18,6 @@ from rich.text import Text
 from pyalk import Alk, QueueOpts, embedded
 from pyalk.cli.common import Commands, default_of
 from pyalk.cli.server import print_server
-from pyalk.schema import migrate
 
 
 @dataclass
@@ -30,6 +29,8 @@ class Tally:
 
 
 def run(conninfo: str, *, jobs: int = 5000, workers: int = 4, console: Console | None = None) -> Tally:
+    from pyalk.schema import migrate  # lazy: Alembic and SQLAlchemy (pyalk/cli/common.py)
+
     console = console or Console()
     migrate.upgrade(conninfo)
     console.print(Text.assemble(("pyalk", "bold"), f" migrated to version {migrate.current(conninfo)}"))

@@ -10,12 +10,14 @@ from pathlib import Path
 from rich.console import Console
 
 from pyalk.cli.common import Commands, UsageError, database_options, dsn
-from pyalk.schema import extension, migrate
+from pyalk.schema import extension
 from pyalk.schema.install import install_script, versions
 from pyalk.schema.router import router_install
 
 
 def cmd_migrate(args: argparse.Namespace, console: Console) -> None:
+    from pyalk.schema import migrate  # lazy: Alembic and SQLAlchemy (pyalk/cli/common.py)
+
     conninfo = dsn(args)
     before = migrate.current(conninfo)
     migrate.upgrade(conninfo)

@@ -12,7 +12,6 @@ from rich.console import Console
 
 from pyalk import embedded
 from pyalk.cli.common import CliError, Commands, UsageError
-from pyalk.schema import migrate
 
 
 def print_server(server: Any, console: Console, headline: str) -> None:
@@ -26,6 +25,8 @@ def print_server(server: Any, console: Console, headline: str) -> None:
 
 
 def cmd_server(args: argparse.Namespace, console: Console) -> int | None:
+    from pyalk.schema import migrate  # lazy: Alembic and SQLAlchemy (pyalk/cli/common.py)
+
     if args.delete and args.action != "stop":
         raise UsageError("--delete goes with pyalk server stop")
     if args.action == "start":
