@@ -45,7 +45,7 @@ from pyalk.errors import (
 from pyalk.stop_token import AsyncStopToken, StopToken
 from pyalk.tasks import Task, TaskError, Tasks
 from pyalk.values import Fired, Job, LockInfo, QueueOpts, QueueStats, Schedule, StreamEvent, WorkerInfo
-from pyalk.worker.errors import PermanentError
+from pyalk.worker.errors import PermanentError, Snooze
 from pyalk.worker.tally import WorkerCounts
 
 __all__ = [
@@ -86,6 +86,7 @@ __all__ = [
     "Schedule",
     "Schedules",
     "SchemaMismatch",
+    "Snooze",
     "StopToken",
     "Stream",
     "StreamEvent",

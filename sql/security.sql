@@ -45,6 +45,7 @@ AS $$
         -- consume streams with checkpoints, hold its own locks
         ('worker', 'claim'), ('worker', 'ack'), ('worker', 'ack_batch'), ('worker', 'retry'), ('worker', 'fail'),
         ('worker', 'heartbeat'), ('worker', 'release_jobs'), ('worker', 'settle_and_claim'), ('worker', 'settle'),
+        ('worker', 'snooze'),
         -- idle workers advertise themselves so enqueues wake them (docs/design.md)
         ('worker', 'wait_for_jobs'), ('worker', 'wake_fence'), ('worker', 'stop_waiting'),
         ('worker', 'next_claim_at'), ('worker', 'queue_channel'), ('worker', 'get_job'),

@@ -1,7 +1,7 @@
 """The queue: bindings of the queue functions, defined in sql/queue/ (one file
 per concern): the wake-up handshake (alk.queue_channel, alk.wait_for_jobs,
 alk.wake_fence, alk.stop_waiting), alk.enqueue, alk.claim and alk.next_claim_at,
-the claimed-job ops (ack, retry, fail, heartbeat, settle, release_jobs,
+the claimed-job ops (ack, retry, fail, heartbeat, snooze, settle, release_jobs,
 settle_and_claim), control (cancel, get_job, sweep_expired, requeue_dead,
 pause_queue, resume_queue) and alk.queue_stats and alk.list_jobs.
 
@@ -67,6 +67,7 @@ _SETTLE = (
     "SELECT state FROM alk.settle(%(job_ids)s::bigint[], %(worker_id)s, %(attempts)s::bigint[],"
     " %(outcomes)s::text[], %(errs)s::text[], NULL::bigint[], %(queue)s)"
 )
+_SNOOZE = "SELECT alk.snooze(%(job_id)s, %(worker_id)s, %(attempt)s, %(delay)s::bigint, %(queue)s)"
 _RELEASE = "SELECT alk.release_jobs(%(job_ids)s::bigint[], %(worker_id)s, %(attempts)s::bigint[], %(queue)s)"
 #: Also run by a worker on its own LISTEN connection.
 QUEUE_CHANNEL = "SELECT alk.queue_channel(%(queue)s)"
@@ -421,6 +422,14 @@ class AsyncJobHandle:
                 "SELECT alk.fail(%(job_id)s, %(worker_id)s, %(attempt)s, %(err)s, %(queue)s)", params
             )
         )
+
+    async def snooze(self, seconds: int | timedelta) -> bool:
+        """``alk.snooze``: back to pending in ``seconds`` (0 or less: at once)
+        without spending the attempt; this handle's token is dead after it.
+        False when the claim is no longer valid. (A worker's handler raises
+        :class:`~pyalk.Snooze` instead: the worker then snoozes the job.)"""
+        params = self._params(delay=_codec.seconds(seconds, "seconds"))
+        return bool(await self.executor.value(_SNOOZE, params))
 
     async def heartbeat(self, extend: int | timedelta | None = None) -> bool:
         """Extend the lease to now + ``extend`` seconds (the row's visibility timeout when None)."""

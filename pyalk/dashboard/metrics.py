@@ -36,7 +36,7 @@ class WorkerMetrics:
         labels = ["queue"]
         self._claimed = Counter("pyalk_worker_claimed", "Jobs this worker claimed.", labels, registry=registry)
         self._settled = Counter("pyalk_worker_settled", "Jobs this worker settled, by outcome (acked, retried, "
-                                "failed, lost: the claim was no longer valid).", [*labels, "outcome"],
+                                "failed, lost: the claim was no longer valid, snoozed).", [*labels, "outcome"],
                                 registry=registry)
         self._released = Counter("pyalk_worker_released", "Claimed jobs this worker let go unsettled: released "
                                  "unstarted, or left to their leases.", labels, registry=registry)

@@ -6,9 +6,9 @@ fields (:mod:`.tally`), errors (:mod:`.errors`) and observer protocol
 pyalk/_async/worker/ and its generated twin pyalk/_sync/worker/.
 """
 
-from pyalk.worker.errors import PermanentError
+from pyalk.worker.errors import PermanentError, Snooze
 from pyalk.worker.observer import WorkerObserver
 from pyalk.worker.state import WorkerState
 from pyalk.worker.tally import WorkerCounts
 
-__all__ = ["PermanentError", "WorkerCounts", "WorkerObserver", "WorkerState"]
+__all__ = ["PermanentError", "Snooze", "WorkerCounts", "WorkerObserver", "WorkerState"]

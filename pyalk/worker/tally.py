@@ -33,10 +33,13 @@ class WorkerCounts:
     abandoned: int = 0
     #: Claimed jobs that never started, given back unspent (alk.release_jobs).
     released: int = 0
+    #: Jobs whose handler raised :class:`~pyalk.Snooze`: pending again later,
+    #: their attempt refunded (alk.snooze).
+    snoozed: int = 0
 
     @property
     def finished(self) -> int:
-        return self.acked + self.retried + self.failed + self.lost
+        return self.acked + self.retried + self.failed + self.lost + self.snoozed
 
 
 class LogFields:
@@ -121,6 +124,20 @@ class Tally:
                 if n:
                     observer.on_settled(label, n, seconds)
         return retried > 0
+
+    def snoozed(self, job: Job, held: bool, delay: int, seconds: float) -> None:
+        """Count, log and observe one alk.snooze call (``seconds``: its
+        duration): snoozed, or lost when the claim was no longer valid."""
+        if held:
+            self.add(snoozed=1)
+            logger.info("job %d snoozed for %ds (attempt %d refunded)", job.id, delay, job.attempts,
+                        extra=self.fields(job, delay_s=delay))
+        else:
+            self.add(lost=1)
+            logger.warning("job %d asked to snooze but its claim was no longer valid (lease lapsed)", job.id,
+                           extra=self.fields(job, delay_s=delay))
+        if self.observer is not None:
+            self.observer.on_settled("snoozed" if held else "lost", 1, seconds)
 
     def released(self, n: int) -> None:
         """Claimed jobs let go unsettled (released, abandoned, given up): told to the observer."""

@@ -36,8 +36,8 @@
 --   wait: E notifies at its commit;
 -- * E saw an advert held by H, and H committed: H had not ended when E's
 --   statement began, so H committed after E's insert. H is an enqueue (or
---   release, requeue), which notifies at that commit; or the worker itself
---   (alk.wait_for_jobs, which takes a fence after it commits, or
+--   release, snooze, requeue), which notifies at that commit; or the worker
+--   itself (alk.wait_for_jobs, which takes a fence after it commits, or
 --   alk.stop_waiting, after which it claims before it waits again); or
 --   alk.wait_for_jobs clearing the advert of a connection that is gone.
 --   In each case the worker takes a fence or claims after a moment at which
@@ -73,9 +73,9 @@ $$;
 COMMENT ON FUNCTION alk.queue_channel(text) IS
 'The LISTEN channel of a queue: ''alk_q_'' and the first 32 hex digits of sha256(queue as UTF-8), a 38-byte '
 'identifier whatever the name. A worker that waits idle (alk.wait_for_jobs) is notified there at the commit of '
-'the first enqueue, release or requeue of the queue that commits after the advert (it consumes the advert: one '
-'notification per idle period; advertise again before waiting again), and by alk.resume_queue; with an empty '
-'payload: on wake-up, claim. Example: SELECT alk.queue_channel(''emails''); then LISTEN "<that channel>";';
+'the first enqueue, release, snooze or requeue of the queue that commits after the advert (it consumes the '
+'advert: one notification per idle period; advertise again before waiting again), and by alk.resume_queue; with '
+'an empty payload: on wake-up, claim. Example: SELECT alk.queue_channel(''emails''); then LISTEN "<that channel>";';
 
 CREATE FUNCTION alk._wake_held(queue text)
 RETURNS boolean

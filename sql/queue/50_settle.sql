@@ -1,11 +1,13 @@
 -- pyalk queue, operations on a claimed job (docs/contract.md#queue): the
 -- settlement rule (alk._settle) and ack, ack_batch, settle, retry, fail,
--- heartbeat, release_jobs and settle_and_claim, all under the claim's token.
+-- heartbeat, release_jobs, snooze and settle_and_claim, all under the claim's
+-- token.
 --
 -- After claim (settle_and_claim calls alk._claim). Every settlement counts
 -- itself in alk.queue_counts (80_throughput.sql; the bodies reach it at run
 -- time only). Landed in 0002_queue.sql; 0009 added alk._settle, settle,
--- release_jobs and settle_and_claim; changed by 0015, 0019, 0020, 0022, 0023.
+-- release_jobs and settle_and_claim; changed by 0015, 0019, 0020, 0022, 0023;
+-- 0025 added snooze.
 
 -- operations on a claimed job -----------------------------------------------
 
@@ -356,6 +358,44 @@ COMMENT ON FUNCTION alk.release_jobs(bigint[], text, bigint[], text) IS
 'an attempt (attempts_refunded + 1). attempts holds each job''s fencing token (NULL: skip that check); the validity '
 'predicate of alk.ack applies and the token stays invalid for good (the next claim issues attempts + 1). Returns how '
 'many were released. Example: SELECT alk.release_jobs(ARRAY[41, 42], ''worker-1'', ARRAY[1, 1]);';
+
+-- A handler that cannot run yet gives its job back for later without it
+-- counting as a failure: release_jobs' refund, at a ready time of its own.
+-- Pending at now + delay (saturating; NULL: 0, due at once, as an unset
+-- enqueue delay), attempt refunded, attempts itself kept so the token is dead
+-- for good. Idle workers are woken as for a release: the job may be due now,
+-- and a worker asleep until a later next_claim_at should look again.
+CREATE FUNCTION alk.snooze(job_id bigint, worker_id text, attempt bigint, delay bigint, queue text DEFAULT NULL)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    clock bigint := alk.now();
+    wid text := alk._name_ok('worker_id', snooze.worker_id, true);
+    snoozed text;
+BEGIN
+    UPDATE alk.jobs j
+       SET state = 'pending', worker_id = NULL, claimed_at = NULL, claim_expires_at = NULL,
+           run_at = alk._sat_add(clock, coalesce(snooze.delay, 0)),
+           attempts_refunded = j.attempts_refunded + 1
+     WHERE j.id = snooze.job_id AND (snooze.queue IS NULL OR j.queue = snooze.queue)
+       AND alk._holds(j, wid, snooze.attempt, clock)
+    RETURNING j.queue INTO snoozed;
+    IF snoozed IS NULL THEN
+        RETURN false;
+    END IF;
+    PERFORM alk._wake(snoozed);
+    RETURN true;
+END
+$$;
+COMMENT ON FUNCTION alk.snooze(bigint, text, bigint, bigint, text) IS
+'Give a claimed job back for later without spending its attempt: pending, no worker, ready at now + delay seconds '
+'(saturating; any bigint, a negative one is due at once; NULL is 0), attempts_refunded + 1. The validity predicate of '
+'alk.ack applies (attempt NULL skips the token check); the token stays invalid for good (the next claim issues '
+'attempts + 1). False, and nothing changes, when the claim is no longer valid. '
+'Example: SELECT alk.snooze(job_id => 42, worker_id => ''worker-1'', attempt => 1, delay => 60);';
 
 CREATE TYPE alk.settle_claim_row AS (
     kind text,

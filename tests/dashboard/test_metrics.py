@@ -135,12 +135,12 @@ def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float] | 
 
 @pytest.mark.parametrize("target", ["observed", "observed_async"])
 def test_a_cli_worker_serves_its_counters_and_latencies(dsn, db, target):
-    # Two attempts, retries due at once: each outcome the SQL reports, and one lost.
-    kinds = ["ok"] * 20 + ["flaky"] * 5 + ["broken"] * 3 + ["permanent"] * 2 + ["self-ack"]
+    # Two attempts, retries due at once: each outcome the SQL reports, one lost and one snoozed.
+    kinds = ["ok"] * 20 + ["flaky"] * 5 + ["broken"] * 3 + ["permanent"] * 2 + ["self-ack"] + ["sleepy"]
     with Alk(dsn) as alk:
         alk.queue("q", QueueOpts(backoff_base_s=0, max_attempts=2)).enqueue_batch(
             [{"kind": kind, "i": i} for i, kind in enumerate(kinds)])
-    runs = 20 + 5 * 2 + 3 * 2 + 2 + 1
+    runs = 20 + 5 * 2 + 3 * 2 + 2 + 1 + 2
     port = free_port()
     process = subprocess.Popen(
         [sys.executable, "-m", "pyalk", "worker", f"tests.dashboard.worker_handlers:{target}", "-q", "q",
@@ -165,7 +165,8 @@ def test_a_cli_worker_serves_its_counters_and_latencies(dsn, db, target):
 
     try:
         until(every_run_settled, "/metrics to count every handler run and the queue's 5 dead jobs", deadline=60)
-        assert {o: got[settled(o)] for o in metrics.OUTCOMES} == {"acked": 25, "retried": 8, "failed": 5, "lost": 1}
+        assert {o: got[settled(o)] for o in metrics.OUTCOMES} == {
+            "acked": 26, "retried": 8, "failed": 5, "lost": 1, "snoozed": 1}
         assert got[("pyalk_worker_claimed_total", q)] == runs
         assert got[("pyalk_worker_in_flight", q)] == 0
         assert got[("pyalk_worker_released_total", q)] == 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pyalk import PermanentError
+from pyalk import PermanentError, Snooze
 
 
 def _outcome(kind: str, attempts: int) -> None:
@@ -13,6 +13,8 @@ def _outcome(kind: str, attempts: int) -> None:
         raise ValueError(kind)  # retried; "broken" until the SQL buries it
     if kind == "permanent":
         raise PermanentError(kind)  # failed at once
+    if kind == "sleepy" and attempts == 1:
+        raise Snooze(0)  # snoozed, due again at once: acked on its second run
 
 
 def observed(job: Any) -> None:

@@ -145,6 +145,7 @@ def test_a_job_op_without_its_queue_is_refused_through_the_router(target: Target
         "SELECT alk.retry(%s, 'w', 1, 'e', 0)",
         "SELECT alk.fail(%s, 'w', 1)",
         "SELECT alk.ack_batch(ARRAY[%s]::bigint[], 'w')",
+        "SELECT alk.snooze(%s, 'w', 1, 0)",
         "SELECT alk.ack(%s, 'w', 1)",
     ]
     if not target.routed:  # one server: the queue is optional

@@ -708,6 +708,7 @@ WORKER_OPS = [
     "SELECT alk.fail(%s, %s, 1)",
     "SELECT alk.heartbeat(%s, %s, 1)",
     "SELECT alk.release_jobs(ARRAY[%s]::bigint[], %s, ARRAY[1])",
+    "SELECT alk.snooze(%s, %s, 1, 0)",
     "SELECT * FROM alk.settle(ARRAY[%s]::bigint[], %s)",
 ]
 
@@ -1225,7 +1226,7 @@ def test_an_enqueue_consumes_the_advert_and_notifies_once(db, connect):
     assert worker.claim() == [third]
 
 
-@pytest.mark.parametrize("wake", ["enqueue", "enqueue_batch", "release", "requeue"])
+@pytest.mark.parametrize("wake", ["enqueue", "enqueue_batch", "release", "snooze", "requeue"])
 def test_every_wake_path_consumes_the_advert(db, connect, wake):
     worker = IdleWorker(connect())
     job_id = enqueue(db)
@@ -1239,6 +1240,8 @@ def test_every_wake_path_consumes_the_advert(db, connect, wake):
         db.execute("SELECT alk.enqueue_batch('q', ARRAY['{}'::jsonb, '{}'::jsonb])")
     elif wake == "release":
         assert one(db, "SELECT alk.release_jobs(ARRAY[%s]::bigint[], 'w1', ARRAY[%s]::bigint[])", job_id, attempt) == 1
+    elif wake == "snooze":
+        assert one(db, "SELECT alk.snooze(%s, 'w1', %s, 60)", job_id, attempt) is True
     else:
         assert one(db, "SELECT alk.requeue_dead('q')") == 1
     assert worker.notified(5)

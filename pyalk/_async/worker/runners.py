@@ -15,7 +15,7 @@ from pyalk._async.worker.heartbeat import AsyncHeartbeater, Running
 from pyalk._async.worker.settlement import AsyncSettlementBatcher, Outcome
 from pyalk.runtime import AsyncEvent, AsyncRuntime
 from pyalk.worker.buffer import PrefetchBuffer, lease_margin
-from pyalk.worker.errors import error_text
+from pyalk.worker.errors import Snooze, error_text, one_line
 from pyalk.worker.in_flight import InFlight
 from pyalk.worker.state import ABANDONED, Lifecycle, WorkerState
 from pyalk.worker.tally import Tally
@@ -143,6 +143,9 @@ class AsyncRunners:
                     logger.debug("job %d done in %.3fs", job.id, duration,
                                  extra=tally.fields(job, duration_s=duration))
                 self._settler.add(Outcome(handle, "ack", None, None, duration))
+            elif isinstance(error, Snooze):
+                running.next_beat = math.inf  # no heartbeat for a job being given back
+                await self._snooze(handle, error.seconds)
             else:
                 failed = isinstance(error, self.fail_on)
                 self._settler.add(Outcome(handle, "fail" if failed else "retry", error_text(error), error, duration))
@@ -150,3 +153,19 @@ class AsyncRunners:
             self._in_flight.remove(running)
             if self._burst and not self._buffer.jobs:
                 self._wake.set()  # maybe the last: the claim loop looks whether the burst is over
+
+    async def _snooze(self, handle: AsyncJobHandle, delay: int) -> None:
+        """A handler's :class:`~pyalk.Snooze`: ``alk.snooze`` at once, one round
+        trip of its own (snoozes are rare; the batched ``alk.settle`` stays ack,
+        retry and fail), then a claim look: the job may be due again now."""
+        tally = self._tally
+        sent = time.monotonic()
+        try:
+            held = await handle.snooze(delay)
+        except Exception as error:  # the database: the claim stands until its lease lapses
+            logger.warning("job %d could not be snoozed (%s); it runs again after its lease", handle.job.id,
+                           one_line(error), extra=tally.fields(handle.job))
+            tally.released(1)
+            return
+        tally.snoozed(handle.job, held, delay, time.monotonic() - sent)
+        self._wake.set()

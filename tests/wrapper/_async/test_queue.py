@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import AsyncIterator
+from datetime import timedelta
 
 import psycopg
 import pytest
@@ -106,6 +107,34 @@ async def test_retry_fail_heartbeat_through_the_handle(alk):
     job = await queue.get_job(second)
     assert job is not None and (job.state, job.last_error) == ("dead", "permanent")
     assert await handles[second].retry() is False  # dead: the claim is gone
+
+
+async def test_snooze_through_the_handle_refunds_the_attempt_and_fences_the_token(dsn):
+    connection = await psycopg.AsyncConnection.connect(dsn, autocommit=True)
+    pin = "SELECT set_config('alk.now', %s, false)"
+    await connection.execute(pin, ["1700000000"])
+    try:
+        queue = AsyncAlk(connection).queue("q", QueueOpts(max_attempts=1))
+        job_id = await queue.enqueue("x")
+        handle = await queue.claim_one("w")
+        assert handle is not None
+        assert await handle.snooze(timedelta(seconds=29, milliseconds=1)) is True  # rounds up, as every duration
+        job = await queue.get_job(job_id)
+        assert job is not None
+        assert (job.state, job.worker_id, job.run_at, job.attempts, job.attempts_refunded, job.attempts_spent) == (
+            "pending", None, 1_700_000_030, 1, 1, 0)
+        assert await handle.snooze(0) is False  # its token is dead
+        assert await handle.ack() is False
+        assert await queue.claim_one("w") is None  # not due yet
+        await connection.execute(pin, ["1700000030"])
+        again = await queue.claim_one("w")  # max_attempts 1, and not buried: the attempt came back
+        assert again is not None and (again.id, again.job.attempts) == (job_id, 2)
+        assert await handle.snooze(-10) is False  # the old handle, after the next claim
+        assert await again.snooze(-10) is True  # due at once
+        with pytest.raises(InvalidArgument, match="seconds"):
+            await again.snooze(1.5)  # type: ignore[arg-type]
+    finally:
+        await connection.close()
 
 
 async def test_stale_handle_is_fenced_off_after_a_reclaim(alk):

@@ -13,12 +13,22 @@ import logging
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
+from datetime import timedelta
 from typing import Any
 
 import psycopg
 import pytest
 
-from pyalk import AsyncAlk, AsyncJobHandle, AsyncWorker, InvalidArgument, InvalidName, PermanentError, QueueOpts
+from pyalk import (
+    AsyncAlk,
+    AsyncJobHandle,
+    AsyncWorker,
+    InvalidArgument,
+    InvalidName,
+    PermanentError,
+    QueueOpts,
+    Snooze,
+)
 from pyalk.runtime import AsyncEvent
 from pyalk.worker.state import WorkerState
 from tests.helpers import one, until
@@ -347,6 +357,44 @@ async def test_fail_on_exceptions_kill_the_job_at_once(alk, db):
     counts = await AsyncWorker(queue, handler, fail_on=Unrecoverable, burst=True, handle_signals=False).run()
     assert counts.failed == 1
     assert job_rows(db) == [(first, "dead", 1, "PermanentError: bad address"), (second, "dead", 1, "Unrecoverable")]
+
+
+async def test_a_handler_that_raises_snooze_runs_again_without_spending_an_attempt(alk, db):
+    runs: list[tuple[int, int]] = []
+
+    async def handler(job: AsyncJobHandle) -> None:
+        runs.append((job.job.attempts, job.job.attempts_spent))
+        if len(runs) == 1:
+            raise Snooze(0)  # due again at once: the burst claims it again
+
+    # One attempt: without the refund the second claim would bury it. fail_on
+    # every exception: a Snooze is checked first and never fails the job.
+    queue = alk.queue("q", QueueOpts(max_attempts=1))
+    await queue.enqueue("x")
+    recorder = Recorder()
+    worker = AsyncWorker(queue, handler, fail_on=Exception, burst=True, handle_signals=False, observer=recorder)
+    counts = await worker.run()
+    assert runs == [(1, 1), (2, 1)]
+    assert (counts.claimed, counts.snoozed, counts.acked, counts.retried, counts.failed, counts.lost) == (
+        2, 1, 1, 0, 0, 0)
+    assert {o: recorder.total(o) for o in ("snoozed", "acked")} == {"snoozed": 1, "acked": 1}
+    assert recorder.held() == 0
+    assert job_rows(db) == []
+
+
+async def test_a_snoozed_job_waits_out_its_delay(alk, db):
+    async def handler(job: AsyncJobHandle) -> None:
+        raise Snooze(timedelta(hours=1))
+
+    queue = alk.queue("q")
+    job_id = await queue.enqueue("x")
+    before = one(db, "SELECT alk.now()")
+    counts = await AsyncWorker(queue, handler, burst=True, handle_signals=False).run()
+    assert (counts.claimed, counts.snoozed, counts.retried) == (1, 1, 0)
+    job = await queue.get_job(job_id)
+    assert job is not None and (job.state, job.attempts, job.attempts_refunded, job.last_error) == (
+        "pending", 1, 1, None)
+    assert before + 3600 <= job.run_at <= one(db, "SELECT alk.now()") + 3600
 
 
 async def test_handler_logs_carry_structured_fields(alk, caplog):

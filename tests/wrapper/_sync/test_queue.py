@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Iterator
+from datetime import timedelta
 
 import psycopg
 import pytest
@@ -107,6 +108,34 @@ def test_retry_fail_heartbeat_through_the_handle(alk):
     job = queue.get_job(second)
     assert job is not None and (job.state, job.last_error) == ("dead", "permanent")
     assert handles[second].retry() is False  # dead: the claim is gone
+
+
+def test_snooze_through_the_handle_refunds_the_attempt_and_fences_the_token(dsn):
+    connection = psycopg.Connection.connect(dsn, autocommit=True)
+    pin = "SELECT set_config('alk.now', %s, false)"
+    connection.execute(pin, ["1700000000"])
+    try:
+        queue = Alk(connection).queue("q", QueueOpts(max_attempts=1))
+        job_id = queue.enqueue("x")
+        handle = queue.claim_one("w")
+        assert handle is not None
+        assert handle.snooze(timedelta(seconds=29, milliseconds=1)) is True  # rounds up, as every duration
+        job = queue.get_job(job_id)
+        assert job is not None
+        assert (job.state, job.worker_id, job.run_at, job.attempts, job.attempts_refunded, job.attempts_spent) == (
+            "pending", None, 1_700_000_030, 1, 1, 0)
+        assert handle.snooze(0) is False  # its token is dead
+        assert handle.ack() is False
+        assert queue.claim_one("w") is None  # not due yet
+        connection.execute(pin, ["1700000030"])
+        again = queue.claim_one("w")  # max_attempts 1, and not buried: the attempt came back
+        assert again is not None and (again.id, again.job.attempts) == (job_id, 2)
+        assert handle.snooze(-10) is False  # the old handle, after the next claim
+        assert again.snooze(-10) is True  # due at once
+        with pytest.raises(InvalidArgument, match="seconds"):
+            again.snooze(1.5)  # type: ignore[arg-type]
+    finally:
+        connection.close()
 
 
 def test_stale_handle_is_fenced_off_after_a_reclaim(alk):

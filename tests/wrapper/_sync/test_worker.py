@@ -15,12 +15,22 @@ import logging
 import threading
 import time
 from collections.abc import Iterator, Callable
+from datetime import timedelta
 from typing import Any
 
 import psycopg
 import pytest
 
-from pyalk import Alk, JobHandle, Worker, InvalidArgument, InvalidName, PermanentError, QueueOpts
+from pyalk import (
+    Alk,
+    JobHandle,
+    Worker,
+    InvalidArgument,
+    InvalidName,
+    PermanentError,
+    QueueOpts,
+    Snooze,
+)
 from pyalk.runtime import Event
 from pyalk.worker.state import WorkerState
 from tests.helpers import one, until
@@ -349,6 +359,44 @@ def test_fail_on_exceptions_kill_the_job_at_once(alk, db):
     counts = Worker(queue, handler, fail_on=Unrecoverable, burst=True, handle_signals=False).run()
     assert counts.failed == 1
     assert job_rows(db) == [(first, "dead", 1, "PermanentError: bad address"), (second, "dead", 1, "Unrecoverable")]
+
+
+def test_a_handler_that_raises_snooze_runs_again_without_spending_an_attempt(alk, db):
+    runs: list[tuple[int, int]] = []
+
+    def handler(job: JobHandle) -> None:
+        runs.append((job.job.attempts, job.job.attempts_spent))
+        if len(runs) == 1:
+            raise Snooze(0)  # due again at once: the burst claims it again
+
+    # One attempt: without the refund the second claim would bury it. fail_on
+    # every exception: a Snooze is checked first and never fails the job.
+    queue = alk.queue("q", QueueOpts(max_attempts=1))
+    queue.enqueue("x")
+    recorder = Recorder()
+    worker = Worker(queue, handler, fail_on=Exception, burst=True, handle_signals=False, observer=recorder)
+    counts = worker.run()
+    assert runs == [(1, 1), (2, 1)]
+    assert (counts.claimed, counts.snoozed, counts.acked, counts.retried, counts.failed, counts.lost) == (
+        2, 1, 1, 0, 0, 0)
+    assert {o: recorder.total(o) for o in ("snoozed", "acked")} == {"snoozed": 1, "acked": 1}
+    assert recorder.held() == 0
+    assert job_rows(db) == []
+
+
+def test_a_snoozed_job_waits_out_its_delay(alk, db):
+    def handler(job: JobHandle) -> None:
+        raise Snooze(timedelta(hours=1))
+
+    queue = alk.queue("q")
+    job_id = queue.enqueue("x")
+    before = one(db, "SELECT alk.now()")
+    counts = Worker(queue, handler, burst=True, handle_signals=False).run()
+    assert (counts.claimed, counts.snoozed, counts.retried) == (1, 1, 0)
+    job = queue.get_job(job_id)
+    assert job is not None and (job.state, job.attempts, job.attempts_refunded, job.last_error) == (
+        "pending", 1, 1, None)
+    assert before + 3600 <= job.run_at <= one(db, "SELECT alk.now()") + 3600
 
 
 def test_handler_logs_carry_structured_fields(alk, caplog):
