@@ -35,6 +35,8 @@ AS $$
         ('reader', 'browse_jobs'), ('reader', 'browse_events'), ('reader', 'stream_stats'),
         ('reader', 'stream_consumer_lag'), ('reader', 'queue_throughput'), ('reader', 'schedule_overview'),
         ('reader', 'list_locks'),
+        -- a queue's completed-job retention (0025)
+        ('reader', 'queue_retention'),
         -- producer: write work and events, and look at what it wrote
         ('producer', 'enqueue'), ('producer', 'enqueue_batch'), ('producer', 'outbox_enqueue'),
         ('producer', 'outbox_enqueue_batch'), ('producer', 'publish'), ('producer', 'publish_batch'),
@@ -55,6 +57,7 @@ AS $$
         -- admin: everything above (alk._kind_functions adds it) and these
         ('admin', 'cancel'), ('admin', 'sweep_expired'), ('admin', 'outbox_sweep_expired'), ('admin', 'trim_to'),
         ('admin', 'requeue_dead'), ('admin', 'pause_queue'), ('admin', 'resume_queue'),
+        ('admin', 'set_queue_retention'),
         ('admin', 'schedule'), ('admin', 'unschedule'), ('admin', 'tick'), ('admin', 'scheduler_tick'),
         -- the scheduler's leader loop holds the reserved lock alk:scheduler
         ('admin', '_try_lock'), ('admin', '_renew_lock'), ('admin', '_release_lock'),
