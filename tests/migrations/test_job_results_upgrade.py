@@ -36,9 +36,11 @@ def test_the_upgrade_keeps_grants_and_queued_jobs(empty_db):
                 return bool(row and row[0])
 
             ack = "alk.ack(bigint, text, bigint, text, jsonb)"
-            enqueue = "alk.enqueue(text, jsonb, bigint, bigint, bigint, bigint, bigint, bigint, bigint, bigint, text, jsonb)"
+            enqueue = ("alk.enqueue(text, jsonb, bigint, bigint, bigint, bigint, bigint, bigint, bigint, bigint, text, "
+                       "jsonb)")
             assert can(granted_by_hand, ack) and can(granted_by_hand, enqueue)
-            assert not can(granted_by_hand, "alk.settle(bigint[], text, bigint[], text[], text[], bigint[], text, jsonb[])")
+            settle = "alk.settle(bigint[], text, bigint[], text[], text[], bigint[], text, jsonb[])"
+            assert not can(granted_by_hand, settle)
             for function in (ack, enqueue, "alk.set_queue_retention(text, bigint)", "alk.queue_retention(text)",
                              "alk.settle_and_claim(text, text, bigint, bigint[], bigint[], text[], text[], bigint[], "
                              "jsonb[])"):
