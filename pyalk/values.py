@@ -27,7 +27,7 @@ class QueueOpts:
     dead_letter_retention_s: int | timedelta | None = None
 
 
-JobState = Literal["pending", "processing", "dead"]
+JobState = Literal["pending", "processing", "dead", "completed"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +57,12 @@ class Job:
     #: Claims given back (release, requeue_dead); attempts left are
     #: ``max_attempts - (attempts - attempts_refunded)``.
     attempts_refunded: int
+    #: The JSON object enqueued with the job (trace context, correlation ids), or None.
+    headers: dict[str, Any] | None
+    #: What the ack stored (decoded JSON; None also for no result): completed jobs only.
+    result: Any
+    #: When it was acked, on a queue that keeps completed jobs; None otherwise.
+    completed_at: int | None
 
     @property
     def attempts_spent(self) -> int:
@@ -94,6 +100,9 @@ _new = object.__new__
     _set_died_at,
     _set_dedup_key,
     _set_attempts_refunded,
+    _set_headers,
+    _set_result,
+    _set_completed_at,
 ) = (getattr(Job, name).__set__ for name in _NAMES)
 
 
@@ -120,6 +129,9 @@ def job_from_row(row: tuple[Any, ...], start: int = 0) -> Job:
         died_at,
         dedup_key,
         attempts_refunded,
+        headers,
+        result,
+        completed_at,
     ) = row[start:] if start else row
     job: Job = _new(Job)
     _set_id(job, id_)
@@ -142,6 +154,9 @@ def job_from_row(row: tuple[Any, ...], start: int = 0) -> Job:
     _set_died_at(job, died_at)
     _set_dedup_key(job, dedup_key)
     _set_attempts_refunded(job, attempts_refunded)
+    _set_headers(job, headers)
+    _set_result(job, result)
+    _set_completed_at(job, completed_at)
     return job
 
 
@@ -163,6 +178,8 @@ class QueueStats:
     paused: bool
     #: Some count is the planner's estimate: those above the exact_limit asked for.
     estimated: bool
+    #: Acked jobs kept by the queue's retention (``set_retention``).
+    completed: int
 
 
 #: The select list that reads an ``alk.queue_stat`` in :class:`QueueStats` order.

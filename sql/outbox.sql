@@ -42,7 +42,8 @@ CREATE FUNCTION alk.outbox_enqueue_batch(
     expires bigint DEFAULT NULL,
     visibility_timeout_s bigint DEFAULT 60,
     backoff_base_s bigint DEFAULT 5,
-    dead_letter_retention_s bigint DEFAULT NULL
+    dead_letter_retention_s bigint DEFAULT NULL,
+    headers jsonb DEFAULT NULL
 )
 RETURNS SETOF bigint
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
@@ -54,12 +55,12 @@ BEGIN
     RETURN QUERY SELECT * FROM alk._enqueue(alk._outbox_queue(outbox), payloads, clock,
         delay, outbox_enqueue_batch.run_at, outbox_enqueue_batch.priority, outbox_enqueue_batch.max_attempts,
         expires, outbox_enqueue_batch.visibility_timeout_s, outbox_enqueue_batch.backoff_base_s,
-        outbox_enqueue_batch.dead_letter_retention_s, 60, 5, 5);
+        outbox_enqueue_batch.dead_letter_retention_s, 60, 5, 5, outbox_enqueue_batch.headers);
 END
 $$;
-COMMENT ON FUNCTION alk.outbox_enqueue_batch(text, jsonb[], bigint, bigint, bigint, bigint, bigint, bigint, bigint, bigint) IS
+COMMENT ON FUNCTION alk.outbox_enqueue_batch(text, jsonb[], bigint, bigint, bigint, bigint, bigint, bigint, bigint, bigint, jsonb) IS
 'Write several outbox messages in one call, inside the caller''s transaction; returns their job ids in input order. '
-'Options as alk.outbox_enqueue. '
+'Options as alk.outbox_enqueue; headers is one value for the whole batch, as in alk.enqueue_batch. '
 'Example: SELECT * FROM alk.outbox_enqueue_batch(''billing'', ARRAY[''{"invoice": 1}'', ''{"invoice": 2}'']::jsonb[]);';
 
 CREATE FUNCTION alk.outbox_enqueue(
@@ -73,20 +74,21 @@ CREATE FUNCTION alk.outbox_enqueue(
     visibility_timeout_s bigint DEFAULT 60,
     backoff_base_s bigint DEFAULT 5,
     dead_letter_retention_s bigint DEFAULT NULL,
-    dedup_key text DEFAULT NULL
+    dedup_key text DEFAULT NULL,
+    headers jsonb DEFAULT NULL
 )
 RETURNS bigint
 LANGUAGE sql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT alk._enqueue_one(alk._outbox_queue($1), $2, alk.now(), $3, $4, coalesce($5, 0), coalesce($6, 5), $7,
-                            coalesce($8, 60), coalesce($9, 5), $10, $11)
+                            coalesce($8, 60), coalesce($9, 5), $10, $11, $12)
 $$;
-COMMENT ON FUNCTION alk.outbox_enqueue(text, jsonb, bigint, bigint, bigint, bigint, bigint, bigint, bigint, bigint, text) IS
+COMMENT ON FUNCTION alk.outbox_enqueue(text, jsonb, bigint, bigint, bigint, bigint, bigint, bigint, bigint, bigint, text, jsonb) IS
 'Write one outbox message into the backing queue alk:outbox:<outbox>, inside the caller''s transaction (it exists '
 'if and only if that transaction commits); returns its job id. Options as alk.enqueue, with the outbox stamps: '
 '60 s visibility, 5 attempts, 5 s backoff base, dead rows kept forever. dedup_key: while an undelivered message of '
-'this outbox holds the key, nothing is written and its id is returned. '
+'this outbox holds the key, nothing is written and its id is returned. headers: as alk.enqueue''s. '
 'Example: BEGIN; UPDATE invoices SET paid = true WHERE id = 7; '
 'SELECT alk.outbox_enqueue(outbox => ''billing'', payload => ''{"invoice": 7}'', dedup_key => ''invoice:7''); COMMIT;';
 

@@ -4,7 +4,8 @@ per concern): the wake-up handshake (alk.queue_channel, alk.wait_for_jobs,
 alk.wake_fence, alk.stop_waiting), alk.enqueue, alk.claim and alk.next_claim_at,
 the claimed-job ops (ack, retry, fail, heartbeat, snooze, settle, release_jobs,
 settle_and_claim), control (cancel, get_job, sweep_expired, requeue_dead,
-pause_queue, resume_queue) and alk.queue_stats and alk.list_jobs.
+pause_queue, resume_queue, set_queue_retention, queue_retention) and
+alk.queue_stats and alk.list_jobs.
 
 Every rule (ready time, stamps, claim order, fencing, backoff, expiry) is in
 the SQL; this module only encodes arguments and decodes rows.
@@ -40,12 +41,12 @@ ENQUEUE_OPTIONS = """
 
 _ENQUEUE = (
     "SELECT alk.enqueue(queue => %(queue)s, payload => %(payload)s::jsonb, dedup_key => %(dedup_key)s::text,"
-    + ENQUEUE_OPTIONS
+    " headers => %(headers)s::jsonb," + ENQUEUE_OPTIONS
     + ")"
 )
 _ENQUEUE_BATCH = (
     "SELECT * FROM alk.enqueue_batch(queue => %(queue)s, payloads => %(payloads)s::jsonb[],"
-    " dedup_keys => %(dedup_keys)s::text[]," + ENQUEUE_OPTIONS + ")"
+    " dedup_keys => %(dedup_keys)s::text[], headers => %(headers)s::jsonb," + ENQUEUE_OPTIONS + ")"
 )
 _CLAIM = "SELECT " + JOB_COLUMNS + " FROM alk.claim(%(queue)s, %(worker_id)s, %(n)s::bigint)"
 _GET_JOB = "SELECT " + JOB_COLUMNS + " FROM alk.get_job(%(queue)s, %(job_id)s::bigint)"
@@ -69,6 +70,9 @@ _SETTLE = (
     " %(outcomes)s::text[], %(errs)s::text[], NULL::bigint[], %(queue)s)"
 )
 _SNOOZE = "SELECT alk.snooze(%(job_id)s, %(worker_id)s, %(attempt)s, %(delay)s::bigint, %(queue)s)"
+_ACK = "SELECT alk.ack(%(job_id)s, %(worker_id)s, %(attempt)s, %(queue)s, %(result)s::jsonb)"
+_SET_RETENTION = "SELECT alk.set_queue_retention(%(queue)s, %(completed_s)s::bigint)"
+_RETENTION = "SELECT alk.queue_retention(%(queue)s)"
 _RELEASE = "SELECT alk.release_jobs(%(job_ids)s::bigint[], %(worker_id)s, %(attempts)s::bigint[], %(queue)s)"
 #: Also run by a worker on its own LISTEN connection.
 QUEUE_CHANNEL = "SELECT alk.queue_channel(%(queue)s)"
@@ -153,16 +157,19 @@ class Queue:
         max_attempts: int | None = None,
         expires: int | timedelta | None = None,
         dedup_key: str | None = None,
+        headers: dict[str, Any] | None = None,
         conn: Connection | None = None,
     ) -> int:
         """Enqueue one job and return its id (``conn``: inside the caller's transaction).
 
         ``dedup_key``: while a live job of this queue holds it, nothing is
-        written and that job's id is returned.
+        written and that job's id is returned. ``headers``: a JSON object that
+        travels with the job (trace context, correlation ids; ``Job.headers``).
         """
         params = enqueue_params(self.name, self.opts, delay, run_at, priority, max_attempts, expires)
         params["payload"] = _codec.payload(payload)
         params["dedup_key"] = None if dedup_key is None else _codec.text(dedup_key, "dedup_key")
+        params["headers"] = None if headers is None else _codec.payload(headers, "headers")
         return int(self.executor.value(_ENQUEUE, params, conn=conn, transactional=True))
 
     def enqueue_batch(
@@ -175,12 +182,14 @@ class Queue:
         max_attempts: int | None = None,
         expires: int | timedelta | None = None,
         dedup_keys: Iterable[str | None] | None = None,
+        headers: dict[str, Any] | None = None,
         conn: Connection | None = None,
     ) -> list[int]:
         """Enqueue many jobs in one round trip; their ids in input order.
 
         ``dedup_keys`` (aligned with ``payloads``): a held key, or one repeated
-        earlier in the batch, returns the holder's id.
+        earlier in the batch, returns the holder's id. ``headers``: one JSON
+        object for every job of the batch, as every other option.
         """
         params = enqueue_params(self.name, self.opts, delay, run_at, priority, max_attempts, expires)
         params["payloads"] = _codec.payloads(payloads)
@@ -188,6 +197,7 @@ class Queue:
             None if dedup_keys is None
             else [None if k is None else _codec.text(k, "dedup_keys") for k in dedup_keys]
         )
+        params["headers"] = None if headers is None else _codec.payload(headers, "headers")
         rows = self.executor.rows(_ENQUEUE_BATCH, params, conn=conn, transactional=True)
         return [row[0] for row in rows]
 
@@ -295,6 +305,17 @@ class Queue:
         """Resume claims and wake the queue's idle workers; True when it was paused."""
         return bool(self.executor.value("SELECT alk.resume_queue(%(queue)s)", {"queue": self.name}))
 
+    def set_retention(self, seconds: int | timedelta) -> bool:
+        """``alk.set_queue_retention``: keep acked jobs as completed, with
+        their results, for ``seconds`` (0: delete at ack, the default); True
+        when the setting changed."""
+        params = {"queue": self.name, "completed_s": _codec.seconds(seconds, "seconds")}
+        return bool(self.executor.value(_SET_RETENTION, params))
+
+    def retention(self) -> int:
+        """``alk.queue_retention``: seconds acked jobs stay completed (0: none kept)."""
+        return int(self.executor.value(_RETENTION, {"queue": self.name}))
+
     def wait_for_jobs(self, worker_id: str) -> str:
         """``alk.wait_for_jobs``: advertise ``worker_id`` as idle on this
         queue, so enqueues notify its channel (returned)."""
@@ -318,7 +339,8 @@ class Queue:
         return bool(self.executor.value("SELECT alk.cancel(%(queue)s, %(job_id)s::bigint)", params))
 
     def get_job(self, job_id: int, *, conn: Connection | None = None) -> Job | None:
-        """The job in any state (dead included), or None."""
+        """The job in any state (dead and completed included, a completed one
+        with its ``result``), or None."""
         params = {"queue": self.name, "job_id": _codec.bigint(job_id, "job_id")}
         rows = self.executor.rows(_GET_JOB, params, conn=conn, transactional=True)
         return job_from_row(rows[0]) if rows else None
@@ -397,13 +419,13 @@ class JobHandle:
             **extra,
         }
 
-    def ack(self) -> bool:
-        """Done: delete the job. False when the claim is no longer valid."""
-        return bool(
-            self.executor.value(
-                "SELECT alk.ack(%(job_id)s, %(worker_id)s, %(attempt)s, %(queue)s)", self._params()
-            )
-        )
+    def ack(self, result: Any = None) -> bool:
+        """Done: delete the job, or, when the queue keeps completed jobs
+        (:meth:`Queue.set_retention`), keep it completed with ``result``
+        (JSON-encoded like a payload; None stores no result). False when the
+        claim is no longer valid."""
+        params = self._params(result=None if result is None else _codec.payload(result, "result"))
+        return bool(self.executor.value(_ACK, params))
 
     def retry(self, err: str | None = None, delay: int | timedelta | None = None) -> bool:
         """Back to pending after ``delay`` seconds, or the row's backoff curve."""

@@ -12,11 +12,13 @@
 -- First because every other part reads these tables and rules. Landed in
 -- 0002_queue.sql; 0009_queue.sql widened the integers and added dedup keys,
 -- refunded attempts, paused_queues and idle_workers; 0012 and 0019 changed
--- alk._holds.
+-- alk._holds; 0026 added headers, results, completed jobs and queue_settings.
 
 -- One table holds every job in every queue. A job is pending (waiting for its
--- run_at), processing (leased to a worker until claim_expires_at) or dead
--- (kept for inspection until its retention lapses). ack and cancel delete.
+-- run_at), processing (leased to a worker until claim_expires_at), dead
+-- (kept for inspection until its retention lapses) or completed (acked on a
+-- queue with a completed-job retention, kept with its result until that
+-- lapses). cancel deletes; ack deletes unless the queue keeps completed jobs.
 
 CREATE TYPE alk.job AS (
     id bigint,
@@ -38,7 +40,10 @@ CREATE TYPE alk.job AS (
     last_error text,
     died_at bigint,
     dedup_key text,
-    attempts_refunded bigint
+    attempts_refunded bigint,
+    headers jsonb,
+    result jsonb,
+    completed_at bigint
 );
 COMMENT ON TYPE alk.job IS 'A job as every queue function returns it: the resolved row, never the enqueuer''s raw options.';
 
@@ -63,7 +68,8 @@ CREATE TABLE alk.jobs (
     dead_letter_retention_s bigint,
     last_error text,
     died_at bigint,
-    -- When a dead row's retention ends (alk._purge_at); NULL: kept forever.
+    -- When a dead or completed row's retention ends (alk._purge_at); NULL:
+    -- kept forever.
     purge_at bigint,
     -- While a live (pending or processing) job holds it, an enqueue with the
     -- same key in the same queue writes nothing (jobs_dedup). NULL: no dedup.
@@ -72,12 +78,19 @@ CREATE TABLE alk.jobs (
     -- a job has spent, which claimability, burial and backoff count, are
     -- attempts - attempts_refunded.
     attempts_refunded bigint NOT NULL DEFAULT 0,
+    -- Opaque metadata that travels with the job (trace context, correlation
+    -- ids): a JSON object or NULL, as enqueued.
+    headers jsonb,
+    -- What the ack stored, and when: completed rows only (queue_settings).
+    result jsonb,
+    completed_at bigint,
     -- The key holds the queue so the table can be hash-distributed by queue;
     -- id leads it so ops by id (ack, retry, ...) are one probe of one index.
     CONSTRAINT jobs_pkey PRIMARY KEY (id, queue),
-    CONSTRAINT jobs_state_known CHECK (state IN ('pending', 'processing', 'dead')),
+    CONSTRAINT jobs_state_known CHECK (state IN ('pending', 'processing', 'dead', 'completed')),
     CONSTRAINT jobs_queue_named CHECK (queue <> '')
-    -- Cross-column rules (a processing job has a lease, a dead one died_at)
+    -- Cross-column rules (a processing job has a lease, a dead one died_at,
+    -- a completed one completed_at)
     -- are the functions' to keep: CHECKs cost every insert and claim ~10 us
     -- each, and the table has no other writer. The SQL tests pin them.
 );
@@ -92,10 +105,16 @@ CREATE INDEX jobs_claim_lapsed ON alk.jobs (queue, claim_expires_at) WHERE state
 CREATE INDEX jobs_expiring ON alk.jobs (queue, expires_at) WHERE expires_at IS NOT NULL AND state <> 'dead';
 -- Dead rows, by the end of their retention: the sweep reads only those due.
 CREATE INDEX jobs_dead ON alk.jobs (queue, purge_at) WHERE state = 'dead';
--- One live job per dedup key and queue; dead rows keep their key for
--- inspection without holding it. Enqueues insert with ON CONFLICT on it, so
--- concurrent enqueues of one key leave one row, never a read-then-write race.
-CREATE UNIQUE INDEX jobs_dedup ON alk.jobs (queue, dedup_key) WHERE dedup_key IS NOT NULL AND state <> 'dead';
+-- Completed rows, the same way. Its own index rather than jobs_dead widened:
+-- queue_stats counts each state index-only from its own partial index, and a
+-- queue without retention never writes an entry here.
+CREATE INDEX jobs_completed ON alk.jobs (queue, purge_at) WHERE state = 'completed';
+-- One live job per dedup key and queue; dead and completed rows keep their
+-- key for inspection without holding it. Enqueues insert with ON CONFLICT on
+-- it, so concurrent enqueues of one key leave one row, never a
+-- read-then-write race.
+CREATE UNIQUE INDEX jobs_dedup ON alk.jobs (queue, dedup_key)
+    WHERE dedup_key IS NOT NULL AND state IN ('pending', 'processing');
 
 -- Paused queues (alk.pause_queue): a claim probes this by primary key.
 CREATE TABLE alk.paused_queues (
@@ -104,6 +123,18 @@ CREATE TABLE alk.paused_queues (
     CONSTRAINT paused_queues_pkey PRIMARY KEY (queue)
 );
 COMMENT ON TABLE alk.paused_queues IS 'Queues whose claims return nothing until resumed. Private: use alk.pause_queue.';
+
+-- Per-queue settings (alk.set_queue_retention). A row exists only while a
+-- setting differs from its default, so an ack probes an empty table unless
+-- some queue keeps completed jobs.
+CREATE TABLE alk.queue_settings (
+    queue text NOT NULL,
+    -- Seconds an acked job stays as completed (> 0; 0, the default, is no row).
+    completed_s bigint NOT NULL,
+    CONSTRAINT queue_settings_pkey PRIMARY KEY (queue)
+);
+COMMENT ON TABLE alk.queue_settings IS
+'Per-queue settings that differ from the defaults (completed-job retention). Private: use alk.set_queue_retention.';
 
 -- Workers waiting idle for a queue (alk.wait_for_jobs). Unlogged: an advert
 -- lives no longer than the connection that LISTENs, and a crash loses both.
@@ -170,3 +201,20 @@ AS $$
 $$;
 COMMENT ON FUNCTION alk._purge_at(bigint, bigint) IS
 'internal: the first instant at which a row that died at died_at is past its retention, or NULL for never';
+
+-- Headers are a JSON object or SQL NULL: callers test the cheap case inline
+-- and call this only to raise.
+CREATE FUNCTION alk._check_headers(headers jsonb)
+RETURNS jsonb
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF headers IS NOT NULL AND pg_catalog.jsonb_typeof(headers) <> 'object' THEN
+        PERFORM alk._raise('LK002', 'headers must be a JSON object or NULL, got '
+            || pg_catalog.jsonb_typeof(headers) || ' ' || alk._show(headers::text));
+    END IF;
+    RETURN headers;
+END
+$$;
+COMMENT ON FUNCTION alk._check_headers(jsonb) IS 'internal: LK002 unless headers is a JSON object or NULL';

@@ -3,7 +3,8 @@
 --
 -- After wake-ups (the function bodies' "wake-ups section above" is
 -- 20_wake.sql); the outbox and the scheduler call alk._enqueue too. Landed in
--- 0002_queue.sql; changed by 0009 (dedup keys, alk._enqueue_one), 0017, 0021.
+-- 0002_queue.sql; changed by 0009 (dedup keys, alk._enqueue_one), 0017, 0021,
+-- 0026 (headers).
 
 -- enqueue -------------------------------------------------------------------
 
@@ -25,7 +26,8 @@ CREATE FUNCTION alk._enqueue(
     dead_letter_retention_s bigint,
     default_visibility_timeout_s bigint,
     default_max_attempts bigint,
-    default_backoff_base_s bigint
+    default_backoff_base_s bigint,
+    headers jsonb DEFAULT NULL
 )
 RETURNS SETOF bigint
 LANGUAGE plpgsql VOLATILE
@@ -43,16 +45,19 @@ BEGIN
     IF payloads IS NULL OR pg_catalog.array_position(payloads, NULL) IS NOT NULL THEN
         PERFORM alk._check_payloads(payloads);
     END IF;
+    IF headers IS NOT NULL AND pg_catalog.jsonb_typeof(headers) <> 'object' THEN
+        PERFORM alk._check_headers(headers);
+    END IF;
     IF cardinality(payloads) = 0 THEN
         RETURN;
     END IF;
     RETURN QUERY
     WITH inserted AS (
         INSERT INTO alk.jobs (queue, payload, priority, run_at, max_attempts, created_at, expires_at,
-                              visibility_timeout_s, backoff_base_s, dead_letter_retention_s)
+                              visibility_timeout_s, backoff_base_s, dead_letter_retention_s, headers)
         SELECT queue, p.payload, coalesce(priority, 0), v_run_at, coalesce(max_attempts, default_max_attempts),
                clock, alk._sat_add(clock, expires), coalesce(visibility_timeout_s, default_visibility_timeout_s),
-               coalesce(backoff_base_s, default_backoff_base_s), dead_letter_retention_s
+               coalesce(backoff_base_s, default_backoff_base_s), dead_letter_retention_s, headers
         FROM unnest(payloads) WITH ORDINALITY AS p(payload, ord)
         ORDER BY p.ord
         RETURNING alk.jobs.id
@@ -77,7 +82,7 @@ BEGIN
     END IF;
 END
 $$;
-COMMENT ON FUNCTION alk._enqueue(text, jsonb[], bigint, bigint, bigint, bigint, bigint, bigint, bigint, bigint, bigint, bigint, bigint, bigint) IS
+COMMENT ON FUNCTION alk._enqueue(text, jsonb[], bigint, bigint, bigint, bigint, bigint, bigint, bigint, bigint, bigint, bigint, bigint, bigint, jsonb) IS
 'internal: insert jobs with resolved stamps and wake idle workers; the batch forms and the scheduler call it';
 
 -- One job, optionally deduplicated: every single-job enqueue form calls it
@@ -94,7 +99,8 @@ CREATE FUNCTION alk._enqueue_one(
     p_visibility_timeout_s bigint,
     p_backoff_base_s bigint,
     p_dead_letter_retention_s bigint,
-    p_dedup_key text
+    p_dedup_key text,
+    p_headers jsonb DEFAULT NULL
 )
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE
@@ -106,14 +112,17 @@ BEGIN
     IF p_payload IS NULL THEN
         PERFORM alk._check_payloads(ARRAY[p_payload]);
     END IF;
+    IF p_headers IS NOT NULL AND pg_catalog.jsonb_typeof(p_headers) <> 'object' THEN
+        PERFORM alk._check_headers(p_headers);
+    END IF;
     IF p_dedup_key IS NULL THEN
         INSERT INTO alk.jobs (queue, payload, priority, run_at, max_attempts, created_at, expires_at,
-                              visibility_timeout_s, backoff_base_s, dead_letter_retention_s)
+                              visibility_timeout_s, backoff_base_s, dead_letter_retention_s, headers)
         VALUES (p_queue, p_payload, p_priority,
                 CASE WHEN p_delay IS NOT NULL THEN alk._sat_add(p_clock, p_delay)
                      WHEN p_run_at IS NOT NULL THEN p_run_at ELSE p_clock END,
                 p_max_attempts, p_clock, alk._sat_add(p_clock, p_expires),
-                p_visibility_timeout_s, p_backoff_base_s, p_dead_letter_retention_s)
+                p_visibility_timeout_s, p_backoff_base_s, p_dead_letter_retention_s, p_headers)
         RETURNING alk.jobs.id INTO v_id;
     ELSE
         PERFORM alk._name_ok('dedup_key', p_dedup_key, true);
@@ -121,19 +130,21 @@ BEGIN
             -- The unique index decides: a concurrent enqueue of the same key
             -- waits for ours (or we for it) and then does nothing.
             INSERT INTO alk.jobs (queue, payload, priority, run_at, max_attempts, created_at, expires_at,
-                                  visibility_timeout_s, backoff_base_s, dead_letter_retention_s, dedup_key)
+                                  visibility_timeout_s, backoff_base_s, dead_letter_retention_s, dedup_key,
+                                  headers)
             VALUES (p_queue, p_payload, p_priority,
                     CASE WHEN p_delay IS NOT NULL THEN alk._sat_add(p_clock, p_delay)
                          WHEN p_run_at IS NOT NULL THEN p_run_at ELSE p_clock END,
                     p_max_attempts, p_clock, alk._sat_add(p_clock, p_expires),
-                    p_visibility_timeout_s, p_backoff_base_s, p_dead_letter_retention_s, p_dedup_key)
-            ON CONFLICT (queue, dedup_key) WHERE dedup_key IS NOT NULL AND state <> 'dead' DO NOTHING
+                    p_visibility_timeout_s, p_backoff_base_s, p_dead_letter_retention_s, p_dedup_key, p_headers)
+            ON CONFLICT (queue, dedup_key) WHERE dedup_key IS NOT NULL AND state IN ('pending', 'processing')
+            DO NOTHING
             RETURNING alk.jobs.id INTO v_id;
             EXIT WHEN v_id IS NOT NULL;
             -- Held: return the holder's id and write nothing (no wake-up
             -- either). Should the holder have gone since, insert again.
             SELECT j.id INTO v_id FROM alk.jobs j
-             WHERE j.queue = p_queue AND j.dedup_key = p_dedup_key AND j.state <> 'dead';
+             WHERE j.queue = p_queue AND j.dedup_key = p_dedup_key AND j.state IN ('pending', 'processing');
             IF v_id IS NOT NULL THEN
                 RETURN v_id;
             END IF;
@@ -158,7 +169,7 @@ BEGIN
     RETURN v_id;
 END
 $$;
-COMMENT ON FUNCTION alk._enqueue_one(text, jsonb, bigint, bigint, bigint, bigint, bigint, bigint, bigint, bigint, bigint, text) IS
+COMMENT ON FUNCTION alk._enqueue_one(text, jsonb, bigint, bigint, bigint, bigint, bigint, bigint, bigint, bigint, bigint, text, jsonb) IS
 'internal: insert one job with resolved stamps (or return the live holder of its dedup key) and wake idle workers';
 
 CREATE FUNCTION alk.enqueue(
@@ -172,20 +183,22 @@ CREATE FUNCTION alk.enqueue(
     visibility_timeout_s bigint DEFAULT 300,
     backoff_base_s bigint DEFAULT 5,
     dead_letter_retention_s bigint DEFAULT NULL,
-    dedup_key text DEFAULT NULL
+    dedup_key text DEFAULT NULL,
+    headers jsonb DEFAULT NULL
 )
 RETURNS bigint
 LANGUAGE sql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT alk._enqueue_one(alk._name_ok('queue', $1, false), $2, alk.now(), $3, $4, coalesce($5, 0),
-                            coalesce($6, 3), $7, coalesce($8, 300), coalesce($9, 5), $10, $11)
+                            coalesce($6, 3), $7, coalesce($8, 300), coalesce($9, 5), $10, $11, $12)
 $$;
-COMMENT ON FUNCTION alk.enqueue(text, jsonb, bigint, bigint, bigint, bigint, bigint, bigint, bigint, bigint, text) IS
+COMMENT ON FUNCTION alk.enqueue(text, jsonb, bigint, bigint, bigint, bigint, bigint, bigint, bigint, bigint, text, jsonb) IS
 'Enqueue one job; returns its id. Ready time: delay (seconds from now) wins over run_at (absolute unix seconds); '
 'neither means now. expires is a TTL in seconds from now. Stamps default to 300 s visibility, 3 attempts, 5 s backoff base, '
 'dead rows kept forever. dedup_key: while a live (pending or processing) job of this queue holds the key, nothing is '
-'written and that job''s id is returned; NULL: no dedup. '
+'written and that job''s id is returned; NULL: no dedup. headers: a JSON object that travels with the job (trace '
+'context, correlation ids; get_job and claim return it), or NULL; anything else is LK002. '
 'Example: SELECT alk.enqueue(queue => ''emails'', payload => ''{"to": 1}'', delay => 30, dedup_key => ''welcome:1'');';
 
 CREATE FUNCTION alk.enqueue_batch(
@@ -199,7 +212,8 @@ CREATE FUNCTION alk.enqueue_batch(
     visibility_timeout_s bigint DEFAULT 300,
     backoff_base_s bigint DEFAULT 5,
     dead_letter_retention_s bigint DEFAULT NULL,
-    dedup_keys text[] DEFAULT NULL
+    dedup_keys text[] DEFAULT NULL,
+    headers jsonb DEFAULT NULL
 )
 RETURNS SETOF bigint
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
@@ -213,7 +227,7 @@ BEGIN
         RETURN QUERY SELECT * FROM alk._enqueue(q, payloads, clock,
             delay, enqueue_batch.run_at, enqueue_batch.priority, enqueue_batch.max_attempts,
             expires, enqueue_batch.visibility_timeout_s, enqueue_batch.backoff_base_s,
-            enqueue_batch.dead_letter_retention_s, 300, 3, 5);
+            enqueue_batch.dead_letter_retention_s, 300, 3, 5, enqueue_batch.headers);
         RETURN;
     END IF;
     PERFORM alk._check_payloads(payloads);
@@ -227,12 +241,13 @@ BEGIN
         RETURN NEXT alk._enqueue_one(q, payloads[i], clock, delay, enqueue_batch.run_at,
             coalesce(enqueue_batch.priority, 0), coalesce(enqueue_batch.max_attempts, 3), expires,
             coalesce(enqueue_batch.visibility_timeout_s, 300), coalesce(enqueue_batch.backoff_base_s, 5),
-            enqueue_batch.dead_letter_retention_s, dedup_keys[i]);
+            enqueue_batch.dead_letter_retention_s, dedup_keys[i], enqueue_batch.headers);
     END LOOP;
 END
 $$;
-COMMENT ON FUNCTION alk.enqueue_batch(text, jsonb[], bigint, bigint, bigint, bigint, bigint, bigint, bigint, bigint, text[]) IS
+COMMENT ON FUNCTION alk.enqueue_batch(text, jsonb[], bigint, bigint, bigint, bigint, bigint, bigint, bigint, bigint, text[], jsonb) IS
 'Enqueue several jobs in one call with the same options; returns their ids in input order. dedup_keys, when given, '
 'holds one key (or NULL) per payload, with alk.enqueue''s rule: a key held by a live job, or by an earlier payload of '
-'the same batch, writes nothing and returns the holder''s id. '
+'the same batch, writes nothing and returns the holder''s id. headers, like every other option, is one value for '
+'the whole batch (a JSON object or NULL, else LK002): the trace context of the call that enqueued it. '
 'Example: SELECT * FROM alk.enqueue_batch(''emails'', ARRAY[''{"to": 1}'', ''{"to": 2}'']::jsonb[], priority => 5);';

@@ -3,8 +3,8 @@
 -- what is claimable, so the two sit side by side.
 --
 -- Before settle, whose alk.settle_and_claim calls alk._claim. Landed in
--- 0002_queue.sql (claim) and 0007_worker.sql (next_claim_at); changed by 0009
--- and 0016.
+-- 0002_queue.sql (claim) and 0007_worker.sql (next_claim_at); changed by 0009,
+-- 0016 and 0026 (alk.job's new columns).
 
 -- claim ---------------------------------------------------------------------
 
@@ -111,7 +111,7 @@ BEGIN
             SELECT c.id, c.queue, c.state, c.payload, c.priority, c.run_at, c.attempts, c.max_attempts, c.worker_id,
                    c.claimed_at, c.claim_expires_at, c.created_at, c.expires_at, c.visibility_timeout_s,
                    c.backoff_base_s, c.dead_letter_retention_s, c.last_error, c.died_at, c.dedup_key,
-                   c.attempts_refunded
+                   c.attempts_refunded, c.headers, c.result, c.completed_at
               FROM moved c
              ORDER BY c.priority DESC, c.run_at, c.id;
             GET DIAGNOSTICS claimed = ROW_COUNT;

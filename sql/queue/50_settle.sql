@@ -7,15 +7,67 @@
 -- itself in alk.queue_counts (80_throughput.sql; the bodies reach it at run
 -- time only). Landed in 0002_queue.sql; 0009 added alk._settle, settle,
 -- release_jobs and settle_and_claim; changed by 0015, 0019, 0020, 0022, 0023;
--- 0025 added snooze.
+-- 0025 added snooze; 0026 completed jobs and results (alk._complete).
 
 -- operations on a claimed job -----------------------------------------------
+
+-- Acks on a queue that keeps completed jobs (alk.set_queue_retention): the
+-- held jobs of such queues become completed, with their result, in one
+-- statement, counted as acked; the ids it completed come back, NULL for
+-- none. Every ack form calls it first, and only when alk.queue_settings has
+-- a row that may apply (one probe of a tiny table per call, none per job),
+-- then deletes what it left as before: completed rows are no longer held.
+-- outcomes NULL: all ack; results NULL: no results.
+CREATE FUNCTION alk._complete(queue text, wid text, clock bigint, job_ids bigint[], attempts bigint[],
+                              outcomes text[], results jsonb[])
+RETURNS bigint[]
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+-- The batch meets its rows in a hash join, as in alk._settle.
+SET enable_nestloop = off
+-- One generic plan: planned per call (a custom plan, which the plan cache
+-- kept choosing), 500 single acks cost 385-510 ms against 43-60 ms, server
+-- side.
+SET plan_cache_mode = force_generic_plan
+AS $$
+#variable_conflict use_column
+DECLARE
+    completed bigint[];
+BEGIN
+    WITH first AS (
+        SELECT DISTINCT ON (i.id) i.id, i.attempt, i.outcome, i.result
+          FROM unnest(_complete.job_ids, _complete.attempts, _complete.outcomes, _complete.results)
+               WITH ORDINALITY AS i(id, attempt, outcome, result, ord)
+         ORDER BY i.id, i.ord
+    ), kept AS (
+        -- Worker, claim and lease stay, as on a dead row: who ran it, when.
+        UPDATE alk.jobs j
+           SET state = 'completed', completed_at = _complete.clock, result = f.result,
+               purge_at = alk._purge_at(_complete.clock, s.completed_s)
+          FROM first f, alk.queue_settings s
+         WHERE coalesce(f.outcome, 'ack') = 'ack' AND j.id = ANY (_complete.job_ids) AND j.id = f.id
+           AND (_complete.queue IS NULL OR j.queue = _complete.queue) AND s.queue = j.queue
+           AND alk._holds(j, _complete.wid, f.attempt, _complete.clock)
+        RETURNING j.id, j.queue
+    ), counted AS (
+        INSERT INTO alk.queue_counts AS c (queue, minute, backend, acked)
+        SELECT k.queue, _complete.clock / 60 * 60, pg_catalog.pg_backend_pid(), count(*) FROM kept k GROUP BY k.queue
+        ON CONFLICT ON CONSTRAINT queue_counts_pkey DO UPDATE SET acked = c.acked + excluded.acked
+        RETURNING c.queue
+    )
+    SELECT array_agg(k.id) INTO completed FROM kept k;
+    RETURN completed;
+END
+$$;
+COMMENT ON FUNCTION alk._complete(text, text, bigint, bigint[], bigint[], text[], jsonb[]) IS
+'internal: acks of held jobs whose queue keeps completed jobs: completed with their results, counted; the ids';
 
 -- The settlement rule, once: ack, retry and fail of claimed jobs, each under
 -- the validity predicate, applied in one statement; one row per input in
 -- input order with the state it led to ('acked', 'pending', 'dead') or NULL
 -- when refused. A job id repeated in one batch: its first entry is applied,
--- later ones are refused.
+-- later ones are refused. An ack on a queue that keeps completed jobs
+-- (alk._complete, first) is 'acked' too: the outcome, whatever the storage.
 --
 -- Each statement also counts what it settled for alk.queue_throughput, in
 -- the same statement (no extra one on the hot path): per queue of the rows
@@ -26,7 +78,7 @@
 -- (alk._prune_counts), so the retention rule lives once. Both statements
 -- below count the same way, and so do alk.ack's and alk.ack_batch's.
 CREATE FUNCTION alk._settle(queue text, worker_id text, job_ids bigint[], attempts bigint[], outcomes text[],
-                            errs text[], delays bigint[])
+                            errs text[], delays bigint[], results jsonb[] DEFAULT NULL)
 RETURNS TABLE (job_id bigint, attempt bigint, state text)
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -46,16 +98,19 @@ DECLARE
     all_ack boolean := true;
     this_minute bigint := clock / 60 * 60;
     me integer := pg_catalog.pg_backend_pid();
+    completed bigint[];
 BEGIN
     IF (_settle.attempts IS NOT NULL AND cardinality(_settle.attempts) <> k)
        OR (_settle.outcomes IS NOT NULL AND cardinality(_settle.outcomes) <> k)
        OR (_settle.errs IS NOT NULL AND cardinality(_settle.errs) <> k)
-       OR (_settle.delays IS NOT NULL AND cardinality(_settle.delays) <> k) THEN
-        PERFORM alk._raise('LK002', 'attempts, outcomes, errs and delays must each be NULL or have one entry per '
-            || 'job id: got ' || k || ' job_ids, ' || coalesce(cardinality(_settle.attempts)::text, 'NULL')
+       OR (_settle.delays IS NOT NULL AND cardinality(_settle.delays) <> k)
+       OR (_settle.results IS NOT NULL AND cardinality(_settle.results) <> k) THEN
+        PERFORM alk._raise('LK002', 'attempts, outcomes, errs, delays and results must each be NULL or have one '
+            || 'entry per job id: got ' || k || ' job_ids, ' || coalesce(cardinality(_settle.attempts)::text, 'NULL')
             || ' attempts, ' || coalesce(cardinality(_settle.outcomes)::text, 'NULL') || ' outcomes, '
-            || coalesce(cardinality(_settle.errs)::text, 'NULL') || ' errs and '
-            || coalesce(cardinality(_settle.delays)::text, 'NULL') || ' delays');
+            || coalesce(cardinality(_settle.errs)::text, 'NULL') || ' errs, '
+            || coalesce(cardinality(_settle.delays)::text, 'NULL') || ' delays and '
+            || coalesce(cardinality(_settle.results)::text, 'NULL') || ' results');
     END IF;
     -- NULL outcomes (all ack, a batching worker's usual call): nothing to
     -- check, and no statement spent on it. Outcomes that are all 'ack' take
@@ -73,6 +128,12 @@ BEGIN
     END IF;
     IF k = 0 THEN
         RETURN;
+    END IF;
+    -- Acks on queues that keep completed jobs, first; the statements below
+    -- then delete the acked jobs they left.
+    IF EXISTS (SELECT FROM alk.queue_settings s WHERE _settle.queue IS NULL OR s.queue = _settle.queue) THEN
+        completed := alk._complete(_settle.queue, wid, clock, _settle.job_ids, _settle.attempts, _settle.outcomes,
+                                   _settle.results);
     END IF;
     IF all_ack THEN
         -- All ack (a batching worker's usual call): the ack branch of the
@@ -98,7 +159,7 @@ BEGIN
             ON CONFLICT ON CONSTRAINT queue_counts_pkey DO UPDATE SET acked = c.acked + excluded.acked
             RETURNING c.queue
         )
-        SELECT i.id, i.attempt, CASE WHEN a.id IS NOT NULL THEN 'acked' END
+        SELECT i.id, i.attempt, CASE WHEN a.id IS NOT NULL OR f.id = ANY (completed) THEN 'acked' END
           FROM input i
           LEFT JOIN first f ON f.ord = i.ord
           LEFT JOIN acked a ON a.id = f.id
@@ -157,16 +218,16 @@ BEGIN
            SET acked = c.acked + excluded.acked, retried = c.retried + excluded.retried, dead = c.dead + excluded.dead
         RETURNING c.queue
     )
-    SELECT i.id, i.attempt, d.state
+    SELECT i.id, i.attempt, coalesce(d.state, CASE WHEN f.id = ANY (completed) THEN 'acked' END)
       FROM input i
       LEFT JOIN first f ON f.ord = i.ord
       LEFT JOIN done d ON d.id = f.id
      ORDER BY i.ord;
 END
 $$;
-COMMENT ON FUNCTION alk._settle(text, text, bigint[], bigint[], text[], text[], bigint[]) IS
+COMMENT ON FUNCTION alk._settle(text, text, bigint[], bigint[], text[], text[], bigint[], jsonb[]) IS
 'internal: the settlement rule (ack, retry, fail) for a batch, counted per queue for alk.queue_throughput; '
-'queue NULL: any queue';
+'queue NULL: any queue; results: the acks'' results, kept on queues that keep completed jobs';
 
 -- alk.ack and alk.ack_batch apply _settle's all-ack rule in one statement of
 -- their own: the rule (delete under alk._holds; a repeated id's first entry
@@ -174,8 +235,10 @@ COMMENT ON FUNCTION alk._settle(text, text, bigint[], bigint[], text[], text[], 
 -- prune when it opens a minute) exactly as _settle's statements, without the
 -- per-input result rows neither needs. Measured at one job, server side:
 -- 147 against 218 us per ack through _settle; at 100, about 2.1 against
--- 2.7 ms per claim + ack_batch.
-CREATE FUNCTION alk.ack(job_id bigint, worker_id text, attempt bigint DEFAULT NULL, queue text DEFAULT NULL)
+-- 2.7 ms per claim + ack_batch. Like _settle, each first hands the jobs of
+-- queues that keep completed jobs to alk._complete.
+CREATE FUNCTION alk.ack(job_id bigint, worker_id text, attempt bigint DEFAULT NULL, queue text DEFAULT NULL,
+                        result jsonb DEFAULT NULL)
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -187,6 +250,12 @@ DECLARE
     this_minute bigint := clock / 60 * 60;
     done boolean;
 BEGIN
+    IF EXISTS (SELECT FROM alk.queue_settings s WHERE ack.queue IS NULL OR s.queue = ack.queue) THEN
+        IF alk._complete(ack.queue, wid, clock, ARRAY[ack.job_id], ARRAY[ack.attempt], NULL, ARRAY[ack.result])
+           IS NOT NULL THEN
+            RETURN true;
+        END IF;
+    END IF;
     WITH acked AS (
         DELETE FROM alk.jobs j
          WHERE j.id = ack.job_id AND (ack.queue IS NULL OR j.queue = ack.queue)
@@ -202,11 +271,13 @@ BEGIN
     RETURN done IS NOT NULL;
 END
 $$;
-COMMENT ON FUNCTION alk.ack(bigint, text, bigint, text) IS
-'Acknowledge a claimed job: it is deleted. False, and nothing changes, unless the job is processing, held by worker_id '
-'under claim attempt (the fencing token the claim returned; NULL skips that check) and its lease has not lapsed '
-'(claim_expires_at >= now). worker_id follows the name rule (LK001). queue is optional routing for sharded deployments. '
-'Example: SELECT alk.ack(job_id => 42, worker_id => ''worker-1'', attempt => 1);';
+COMMENT ON FUNCTION alk.ack(bigint, text, bigint, text, jsonb) IS
+'Acknowledge a claimed job: it is deleted, or, when its queue keeps completed jobs (alk.set_queue_retention), kept '
+'as completed with completed_at = now and result (any JSON value; NULL: none) until its retention ends. False, and '
+'nothing changes, unless the job is processing, held by worker_id under claim attempt (the fencing token the claim '
+'returned; NULL skips that check) and its lease has not lapsed (claim_expires_at >= now). worker_id follows the name '
+'rule (LK001). queue is optional routing for sharded deployments. '
+'Example: SELECT alk.ack(job_id => 42, worker_id => ''worker-1'', attempt => 1, result => ''{"sent": true}'');';
 
 CREATE FUNCTION alk.ack_batch(job_ids bigint[], worker_id text, attempts bigint[] DEFAULT NULL, queue text DEFAULT NULL)
 RETURNS bigint
@@ -221,10 +292,15 @@ DECLARE
     wid text := alk._name_ok('worker_id', ack_batch.worker_id, true);
     this_minute bigint := clock / 60 * 60;
     n_acked bigint;
+    n_kept bigint := 0;
 BEGIN
     IF ack_batch.attempts IS NOT NULL AND cardinality(ack_batch.attempts) <> coalesce(cardinality(ack_batch.job_ids), 0) THEN
         -- _settle raises the LK002 that names the arrays.
         PERFORM alk._settle(ack_batch.queue, ack_batch.worker_id, ack_batch.job_ids, ack_batch.attempts, NULL, NULL, NULL);
+    END IF;
+    IF EXISTS (SELECT FROM alk.queue_settings s WHERE ack_batch.queue IS NULL OR s.queue = ack_batch.queue) THEN
+        n_kept := coalesce(cardinality(alk._complete(ack_batch.queue, wid, clock, ack_batch.job_ids,
+                                                      ack_batch.attempts, NULL, NULL)), 0);
     END IF;
     WITH first AS (
         SELECT DISTINCT ON (i.id) i.id, i.attempt
@@ -244,28 +320,30 @@ BEGIN
         RETURNING c.queue
     )
     SELECT count(*) INTO n_acked FROM acked;
-    RETURN n_acked;
+    RETURN n_acked + n_kept;
 END
 $$;
 COMMENT ON FUNCTION alk.ack_batch(bigint[], text, bigint[], text) IS
-'Acknowledge several claimed jobs in one call; returns how many were validly held (and are now deleted). '
+'Acknowledge several claimed jobs in one call; returns how many were validly held (and are now deleted, or kept as '
+'completed without a result when their queue keeps completed jobs). '
 'attempts, when given, holds each job''s fencing token in the same order. '
 'Example: SELECT alk.ack_batch(ARRAY[41, 42], ''worker-1'', ARRAY[1, 1]);';
 
 CREATE FUNCTION alk.settle(job_ids bigint[], worker_id text, attempts bigint[] DEFAULT NULL,
                            outcomes text[] DEFAULT NULL, errs text[] DEFAULT NULL, delays bigint[] DEFAULT NULL,
-                           queue text DEFAULT NULL)
+                           queue text DEFAULT NULL, results jsonb[] DEFAULT NULL)
 RETURNS TABLE (job_id bigint, attempt bigint, state text)
 LANGUAGE sql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT * FROM alk._settle($7, $2, $1, $3, $4, $5, $6)
+    SELECT * FROM alk._settle($7, $2, $1, $3, $4, $5, $6, $8)
 $$;
-COMMENT ON FUNCTION alk.settle(bigint[], text, bigint[], text[], text[], bigint[], text) IS
+COMMENT ON FUNCTION alk.settle(bigint[], text, bigint[], text[], text[], bigint[], text, jsonb[]) IS
 'Settle several claimed jobs in one call and one transaction. Arrays aligned with job_ids: attempts (fencing tokens), '
 'outcomes (''ack'', ''retry'' or ''fail''; NULL: all ack), errs (the error of a retry or fail) and delays (a retry''s '
-'delay; NULL: the row''s backoff curve). One row per job id, in input order, with the state it led to: ''acked'' '
-'(deleted), ''pending'' (retried), ''dead'' (failed, or retried with its attempts spent), or NULL when the claim was '
+'delay; NULL: the row''s backoff curve) and results (an ack''s result, kept when the queue keeps completed jobs; '
+'NULL: none). One row per job id, in input order, with the state it led to: ''acked'' (deleted, or kept as '
+'completed), ''pending'' (retried), ''dead'' (failed, or retried with its attempts spent), or NULL when the claim was '
 'no longer valid (nothing changed). Each entry follows alk.ack, alk.retry and alk.fail exactly. '
 'Example: SELECT * FROM alk.settle(ARRAY[41, 42], ''worker-1'', ARRAY[1, 1], ARRAY[''ack'', ''retry''], '
 'ARRAY[NULL, ''TimeoutError: smtp'']);';
@@ -418,7 +496,10 @@ CREATE TYPE alk.settle_claim_row AS (
     last_error text,
     died_at bigint,
     dedup_key text,
-    attempts_refunded bigint
+    attempts_refunded bigint,
+    headers jsonb,
+    result jsonb,
+    completed_at bigint
 );
 COMMENT ON TYPE alk.settle_claim_row IS
 'A row of alk.settle_and_claim: kind ''settled'' (id, queue, attempts = the token given, state = what it led to or '
@@ -426,7 +507,8 @@ COMMENT ON TYPE alk.settle_claim_row IS
 
 CREATE FUNCTION alk.settle_and_claim(queue text, worker_id text, n bigint, job_ids bigint[] DEFAULT NULL,
                                      attempts bigint[] DEFAULT NULL, outcomes text[] DEFAULT NULL,
-                                     errs text[] DEFAULT NULL, delays bigint[] DEFAULT NULL)
+                                     errs text[] DEFAULT NULL, delays bigint[] DEFAULT NULL,
+                                     results jsonb[] DEFAULT NULL)
 RETURNS SETOF alk.settle_claim_row
 LANGUAGE sql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -435,13 +517,15 @@ AS $$
     -- the claim looks, all in the caller's one transaction.
     SELECT 'settled'::text, s.job_id, $1, s.state, NULL::jsonb, NULL::bigint, NULL::bigint, s.attempt,
            NULL::bigint, NULL::text, NULL::bigint, NULL::bigint, NULL::bigint, NULL::bigint, NULL::bigint,
-           NULL::bigint, NULL::bigint, NULL::text, NULL::bigint, NULL::text, NULL::bigint
-      FROM alk._settle(alk._name_ok('queue', $1, false), $2, $4, $5, $6, $7, $8) s
+           NULL::bigint, NULL::bigint, NULL::text, NULL::bigint, NULL::text, NULL::bigint,
+           NULL::jsonb, NULL::jsonb, NULL::bigint
+      FROM alk._settle(alk._name_ok('queue', $1, false), $2, $4, $5, $6, $7, $8, $9) s
     UNION ALL
     SELECT 'claimed'::text, c.* FROM alk._claim(alk._name_ok('queue', $1, false), $2, $3) c
 $$;
-COMMENT ON FUNCTION alk.settle_and_claim(text, text, bigint, bigint[], bigint[], text[], text[], bigint[]) IS
-'One call, one transaction: settle a batch of this queue''s claimed jobs exactly as alk.settle does, then claim up to '
+COMMENT ON FUNCTION alk.settle_and_claim(text, text, bigint, bigint[], bigint[], text[], text[], bigint[], jsonb[]) IS
+'One call, one transaction: settle a batch of this queue''s claimed jobs exactly as alk.settle does (results '
+'included), then claim up to '
 'n as alk.claim does. Returns flat rows: first one kind = ''settled'' row per settlement in input order (id, queue, '
 'attempts = the token given, state = ''acked'', ''pending'', ''dead'' or NULL when refused; other columns NULL), then '
 'kind = ''claimed'' rows, whole jobs in claim order. '

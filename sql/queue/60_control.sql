@@ -1,11 +1,11 @@
 -- pyalk queue, control outside a claim (docs/contract.md#queue): jobs by id
 -- (cancel, get_job), the expiry and retention sweep, redrive of dead jobs
--- (requeue_dead), pause and resume.
+-- (requeue_dead), pause and resume, completed-job retention.
 --
 -- After the worker's path (enqueue, claim, settle): these are an application's
 -- or an operator's, and reuse its rules (alk._wake, alk._purge_at). Landed in
 -- 0002_queue.sql (by id, sweep) and 0007_worker.sql (requeue_dead); 0009 added
--- pause and resume.
+-- pause and resume, 0026 completed jobs and their retention.
 
 -- operations by id --------------------------------------------------------
 
@@ -16,12 +16,13 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     PERFORM alk._check_name('queue', cancel.queue);
-    DELETE FROM alk.jobs j WHERE j.queue = cancel.queue AND j.id = job_id AND j.state <> 'dead';
+    DELETE FROM alk.jobs j WHERE j.queue = cancel.queue AND j.id = job_id AND j.state IN ('pending', 'processing');
     RETURN FOUND;
 END
 $$;
 COMMENT ON FUNCTION alk.cancel(text, bigint) IS
-'Delete a pending or processing job whatever its lease; true if a row went. Dead jobs stay for inspection. '
+'Delete a pending or processing job whatever its lease; true if a row went. Dead and completed jobs stay for '
+'inspection (false). '
 'Example: SELECT alk.cancel(''emails'', 42);';
 
 CREATE FUNCTION alk._get_job(queue text, job_id bigint)
@@ -33,7 +34,7 @@ AS $$
     SELECT j.id, j.queue, j.state, j.payload, j.priority, j.run_at, j.attempts, j.max_attempts, j.worker_id,
            j.claimed_at, j.claim_expires_at, j.created_at, j.expires_at, j.visibility_timeout_s,
            j.backoff_base_s, j.dead_letter_retention_s, j.last_error, j.died_at, j.dedup_key,
-           j.attempts_refunded
+           j.attempts_refunded, j.headers, j.result, j.completed_at
       FROM alk.jobs j WHERE j.queue = $1 AND j.id = $2
 $$;
 COMMENT ON FUNCTION alk._get_job(text, bigint) IS 'internal: get_job for an already validated queue name';
@@ -50,7 +51,8 @@ AS $$
     SELECT * FROM alk._get_job(alk._name_ok('queue', $1, false), $2)
 $$;
 COMMENT ON FUNCTION alk.get_job(text, bigint) IS
-'The whole job row in any state, dead included; no row when there is no such job (NULL as a scalar subquery). '
+'The whole job row in any state, dead and completed included (a completed job with its result and completed_at); '
+'no row when there is no such job (NULL as a scalar subquery). '
 'Example: SELECT * FROM alk.get_job(''emails'', 42); SELECT (SELECT alk.get_job(''emails'', 42)) IS NULL;';
 
 CREATE FUNCTION alk._sweep_expired(queue text)
@@ -62,6 +64,7 @@ DECLARE
     clock bigint := alk.now();
     expired bigint;
     purged bigint;
+    completed bigint;
 BEGIN
     -- Waiting rows past expiry, and processing rows past expiry whose lease
     -- lapsed; a row with a valid lease is left to its owner.
@@ -78,7 +81,13 @@ BEGIN
        AND j.state = 'dead'
        AND j.purge_at <= clock;
     GET DIAGNOSTICS purged = ROW_COUNT;
-    RETURN expired + purged;
+    -- Completed rows past theirs (jobs_completed, as jobs_dead above).
+    DELETE FROM alk.jobs j
+     WHERE j.queue = _sweep_expired.queue
+       AND j.state = 'completed'
+       AND j.purge_at <= clock;
+    GET DIAGNOSTICS completed = ROW_COUNT;
+    RETURN expired + purged + completed;
 END
 $$;
 COMMENT ON FUNCTION alk._sweep_expired(text) IS 'internal: sweep_expired for an already validated queue name';
@@ -93,8 +102,9 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION alk.sweep_expired(text) IS
-'Bury expired waiting jobs (and expired jobs whose lease lapsed) as dead with ''expired'', and delete dead jobs whose '
-'died_at <= now - dead_letter_retention_s. Returns how many rows it changed. Example: SELECT alk.sweep_expired(''emails'');';
+'Bury expired waiting jobs (and expired jobs whose lease lapsed) as dead with ''expired'', delete dead jobs whose '
+'died_at <= now - dead_letter_retention_s and completed jobs whose completed_at <= now - the retention they were '
+'completed under (both saturating). Returns how many rows it changed. Example: SELECT alk.sweep_expired(''emails'');';
 
 -- requeue_dead --------------------------------------------------------------
 
@@ -127,7 +137,7 @@ BEGIN
          WHERE j.queue = requeue_dead.queue AND j.state = 'dead'
            AND (j.dedup_key IS NULL OR (
                 NOT EXISTS (SELECT FROM alk.jobs h WHERE h.queue = j.queue AND h.dedup_key = j.dedup_key
-                                                     AND h.state <> 'dead')
+                                                     AND h.state IN ('pending', 'processing'))
                 AND j.id = (SELECT min(d.id) FROM alk.jobs d WHERE d.queue = j.queue AND d.dedup_key = j.dedup_key
                                                               AND d.state = 'dead')));
     ELSE
@@ -139,7 +149,7 @@ BEGIN
          WHERE j.queue = requeue_dead.queue AND j.state = 'dead' AND j.id = ANY (job_ids)
            AND (j.dedup_key IS NULL OR (
                 NOT EXISTS (SELECT FROM alk.jobs h WHERE h.queue = j.queue AND h.dedup_key = j.dedup_key
-                                                     AND h.state <> 'dead')
+                                                     AND h.state IN ('pending', 'processing'))
                 AND j.id = (SELECT min(d.id) FROM alk.jobs d WHERE d.queue = j.queue AND d.dedup_key = j.dedup_key
                                                               AND d.state = 'dead' AND d.id = ANY (job_ids))));
     END IF;
@@ -151,12 +161,63 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION alk.requeue_dead(text, bigint[]) IS
-'Send dead jobs back to pending, due now, with every attempt spent so far refunded (attempts_refunded = attempts, '
+'Send dead jobs back to pending (completed jobs are never touched), due now, with every attempt spent so far refunded (attempts_refunded = attempts, '
 'so the job has max_attempts again and no earlier fencing token becomes valid), no worker and no last_error; every '
 'dead job of the queue when job_ids is NULL, else those of job_ids that are dead in this queue (others are ignored). '
 'A dead job whose dedup_key a live job holds stays dead (of several with one key, the first moves). An expiring job '
 'gets its TTL again from now. Returns how many moved; idle workers are woken. '
 'Example: SELECT alk.requeue_dead(''emails''); SELECT alk.requeue_dead(''emails'', ARRAY[41, 42]);';
+
+-- completed-job retention ---------------------------------------------------
+
+CREATE FUNCTION alk.set_queue_retention(queue text, completed_s bigint)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    q text := alk._name_ok('queue', set_queue_retention.queue, false);
+    previous bigint;
+BEGIN
+    IF completed_s IS NULL OR completed_s < 0 THEN
+        PERFORM alk._raise('LK002', 'completed_s must be >= 0 (0: acked jobs are deleted), got '
+            || coalesce(completed_s::text, 'NULL'));
+    END IF;
+    SELECT s.completed_s INTO previous FROM alk.queue_settings s WHERE s.queue = q FOR UPDATE;
+    -- 0 is the default: no row, so acks of queues without retention probe
+    -- an empty table.
+    IF completed_s = 0 THEN
+        DELETE FROM alk.queue_settings s WHERE s.queue = q;
+    ELSE
+        INSERT INTO alk.queue_settings AS s (queue, completed_s) VALUES (q, completed_s)
+        ON CONFLICT ON CONSTRAINT queue_settings_pkey DO UPDATE SET completed_s = excluded.completed_s;
+    END IF;
+    RETURN coalesce(previous, 0) <> completed_s;
+END
+$$;
+COMMENT ON FUNCTION alk.set_queue_retention(text, bigint) IS
+'Keep this queue''s acked jobs as state completed, with their result (alk.ack''s result), for completed_s seconds: '
+'alk.sweep_expired deletes one once completed_at <= now - completed_s (saturating). 0, the default: acks delete, as '
+'without a setting; negative or NULL: LK002. Applies to acks from now on; jobs completed earlier keep the retention '
+'they were completed under. True when the setting changed. '
+'Example: SELECT alk.set_queue_retention(''emails'', 86400);';
+
+CREATE FUNCTION alk.queue_retention(queue text)
+RETURNS bigint
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    -- Checked before the read: an empty table would never test it.
+    q text := alk._name_ok('queue', queue_retention.queue, false);
+BEGIN
+    RETURN coalesce((SELECT s.completed_s FROM alk.queue_settings s WHERE s.queue = q), 0);
+END
+$$;
+COMMENT ON FUNCTION alk.queue_retention(text) IS
+'Seconds this queue keeps acked jobs as completed (alk.set_queue_retention); 0 when they are deleted at ack. '
+'Example: SELECT alk.queue_retention(''emails'');';
 
 -- pause and resume ------------------------------------------------------------
 

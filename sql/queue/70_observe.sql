@@ -3,7 +3,7 @@
 --
 -- After everything that writes jobs; nothing before calls them. Landed in
 -- 0007_worker.sql (queue_stats, list_jobs) and 0011_observe.sql (browse_jobs);
--- queue_stats changed by 0009, 0012, 0014 and 0018.
+-- queue_stats changed by 0009, 0012, 0014, 0018 and 0026 (completed jobs).
 
 -- queue_stats ---------------------------------------------------------------
 
@@ -18,7 +18,8 @@ CREATE TYPE alk.queue_stat AS (
     oldest_ready_age_s bigint,
     next_run_at bigint,
     paused boolean,
-    estimated boolean
+    estimated boolean,
+    completed bigint
 );
 COMMENT ON TYPE alk.queue_stat IS 'One queue''s row of alk.queue_stats.';
 
@@ -51,12 +52,16 @@ BEGIN
     WHEN 'dead' THEN
         EXECUTE 'EXPLAIN (FORMAT JSON) SELECT FROM alk.jobs j '
                 'WHERE j.queue = $1 AND j.state = ''dead''' INTO plan USING queue;
+    WHEN 'completed' THEN
+        EXECUTE 'EXPLAIN (FORMAT JSON) SELECT FROM alk.jobs j '
+                'WHERE j.queue = $1 AND j.state = ''completed''' INTO plan USING queue;
     END CASE;
     RETURN round((plan -> 0 -> 'Plan' ->> 'Plan Rows')::numeric)::bigint;
 END
 $$;
 COMMENT ON FUNCTION alk._estimate_jobs(text, text, bigint) IS
-'internal: the planner''s estimate of how many of a queue''s jobs are ready, scheduled, processing, lapsed or dead '
+'internal: the planner''s estimate of how many of a queue''s jobs are ready, scheduled, processing, lapsed, dead or '
+'completed '
 '(alk.queue_stats past its exact_limit)';
 
 CREATE FUNCTION alk.queue_stats(queue text DEFAULT NULL, exact_limit bigint DEFAULT NULL)
@@ -82,9 +87,9 @@ BEGIN
     IF cap < 0 THEN
         PERFORM alk._raise('LK002', 'exact_limit must be >= 0 or NULL (every count exact), got ' || cap);
     END IF;
-    -- Every row is in exactly one of the three partial indexes (pending,
-    -- processing, dead), and each leads with the queue: the queue names come
-    -- from a loose scan of the three (three index probes per queue, whatever
+    -- Every row is in exactly one of the four partial indexes (pending,
+    -- processing, dead, completed), and each leads with the queue: the queue
+    -- names come from a loose scan of the four (four probes per queue, whatever
     -- the row count), and each count is an index-only scan of one queue's
     -- entries in one of them. Nothing reads the heap but for pages the
     -- visibility map does not yet know to be all-visible.
@@ -104,7 +109,9 @@ BEGIN
             (SELECT j.queue FROM alk.jobs j WHERE j.state = 'pending' AND j.queue > n.name ORDER BY j.queue LIMIT 1),
             (SELECT j.queue FROM alk.jobs j WHERE j.state = 'processing' AND j.queue > n.name
               ORDER BY j.queue LIMIT 1),
-            (SELECT j.queue FROM alk.jobs j WHERE j.state = 'dead' AND j.queue > n.name ORDER BY j.queue LIMIT 1))
+            (SELECT j.queue FROM alk.jobs j WHERE j.state = 'dead' AND j.queue > n.name ORDER BY j.queue LIMIT 1),
+            (SELECT j.queue FROM alk.jobs j WHERE j.state = 'completed' AND j.queue > n.name
+              ORDER BY j.queue LIMIT 1))
           FROM names n WHERE n.name IS NOT NULL AND only_queue IS NULL
     ),
     -- MATERIALIZED: inlined, each count would run once per mention below.
@@ -119,7 +126,9 @@ BEGIN
                (SELECT count(*) FROM (SELECT FROM alk.jobs j WHERE j.queue = n.name AND j.state = 'processing'
                                          AND j.claim_expires_at < clock LIMIT cap + 1) e) AS lapsed,
                (SELECT count(*) FROM (SELECT FROM alk.jobs j WHERE j.queue = n.name AND j.state = 'dead'
-                                       LIMIT cap + 1) e) AS dead
+                                       LIMIT cap + 1) e) AS dead,
+               (SELECT count(*) FROM (SELECT FROM alk.jobs j WHERE j.queue = n.name AND j.state = 'completed'
+                                       LIMIT cap + 1) e) AS completed
           FROM names n
          WHERE n.name IS NOT NULL AND n.name <> '' AND (NOT alk._limits_active() OR alk._in_scope(n.name))
     ),
@@ -135,14 +144,17 @@ BEGIN
                     ELSE c.lapsed END AS lapsed,
                CASE WHEN c.dead > cap THEN greatest(alk._estimate_jobs(c.name, 'dead', clock), cap + 1)
                     ELSE c.dead END AS dead,
-               coalesce(greatest(c.ready, c.scheduled, c.processing, c.lapsed, c.dead) > cap, false) AS estimated
+               CASE WHEN c.completed > cap THEN greatest(alk._estimate_jobs(c.name, 'completed', clock), cap + 1)
+                    ELSE c.completed END AS completed,
+               coalesce(greatest(c.ready, c.scheduled, c.processing, c.lapsed, c.dead, c.completed) > cap, false)
+                 AS estimated
           FROM capped c
     )
     SELECT c.name, c.ready + c.scheduled, c.ready, c.scheduled, c.processing,
            -- Two estimates may disagree: never more lapsed than processing.
            least(c.lapsed, c.processing), c.dead,
            alk._sat_sub(clock, t.oldest_ready), t.next_run_at,
-           EXISTS (SELECT FROM alk.paused_queues pq WHERE pq.queue = c.name), c.estimated
+           EXISTS (SELECT FROM alk.paused_queues pq WHERE pq.queue = c.name), c.estimated, c.completed
       FROM counted c
      CROSS JOIN LATERAL (
         WITH RECURSIVE priorities(priority) AS (
@@ -166,7 +178,8 @@ COMMENT ON FUNCTION alk.queue_stats(text, bigint) IS
 'empty): pending (= ready + scheduled), ready (pending and due), scheduled (pending, run_at in the future), '
 'processing (leased, lapsed included), lapsed (lease ended: claimable again), dead, oldest_ready_age_s (now minus '
 'the earliest run_at of a ready job: the queue''s lag; NULL when none is ready), next_run_at (the earliest run_at '
-'of a scheduled job; NULL when none), paused (alk.pause_queue) and estimated. Every count is exact unless '
+'of a scheduled job; NULL when none), paused (alk.pause_queue), estimated, and completed (acked jobs kept by '
+'alk.set_queue_retention; last, as it came last). Every count is exact unless '
 'exact_limit is given: then a count stops after exact_limit + 1 index entries and, past exact_limit, is the '
 'planner''s estimate (from the table''s statistics, which ANALYZE and autovacuum keep current), never below '
 'exact_limit + 1, and estimated is true. The ages are exact either way. Cost: index-only scans of the partial '
@@ -183,8 +196,9 @@ AS $$
 #variable_conflict use_variable
 BEGIN
     PERFORM alk._check_name('queue', list_jobs.queue);
-    IF state IS NOT NULL AND state NOT IN ('pending', 'processing', 'dead') THEN
-        PERFORM alk._raise('LK002', 'state must be pending, processing, dead or NULL, got ' || alk._show(state));
+    IF state IS NOT NULL AND state NOT IN ('pending', 'processing', 'dead', 'completed') THEN
+        PERFORM alk._raise('LK002', 'state must be pending, processing, dead, completed or NULL, got '
+            || alk._show(state));
     END IF;
     -- An extent: n <= 0 (or NULL) lists nothing, never "all rows".
     IF n IS NULL OR n <= 0 THEN
@@ -194,7 +208,7 @@ BEGIN
     SELECT j.id, j.queue, j.state, j.payload, j.priority, j.run_at, j.attempts, j.max_attempts, j.worker_id,
            j.claimed_at, j.claim_expires_at, j.created_at, j.expires_at, j.visibility_timeout_s,
            j.backoff_base_s, j.dead_letter_retention_s, j.last_error, j.died_at, j.dedup_key,
-           j.attempts_refunded
+           j.attempts_refunded, j.headers, j.result, j.completed_at
       FROM alk.jobs j
      WHERE j.queue = list_jobs.queue
        AND (state IS NULL OR j.state = state)
@@ -204,7 +218,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION alk.list_jobs(text, text, bigint, bigint) IS
-'Up to n jobs of a queue in id order, optionally only one state (pending, processing or dead), after the id '
+'Up to n jobs of a queue in id order, optionally only one state (pending, processing, dead or completed), after the id '
 'after_id (keyset paging: pass the last id you saw). Whole rows, as alk.get_job returns them. n <= 0 lists nothing. '
 'Example: SELECT id, attempts, last_error, died_at FROM alk.list_jobs(''emails'', state => ''dead'', n => 20);';
 
@@ -295,8 +309,9 @@ AS $$
 BEGIN
     -- Read-only, so reserved names (outbox backing queues) are accepted.
     PERFORM alk._check_name('queue', browse_jobs.queue, true);
-    IF state IS NULL OR state NOT IN ('pending', 'processing', 'dead') THEN
-        PERFORM alk._raise('LK002', 'state must be pending, processing or dead, got ' || alk._show(state));
+    IF state IS NULL OR state NOT IN ('pending', 'processing', 'dead', 'completed') THEN
+        PERFORM alk._raise('LK002', 'state must be pending, processing, dead or completed, got '
+            || alk._show(state));
     END IF;
     IF (after_priority IS NULL) <> (after_run_at IS NULL) OR (after_priority IS NULL) <> (after_id IS NULL) THEN
         PERFORM alk._raise('LK002', 'after_priority, after_run_at and after_id go together (the last row''s key), '
@@ -315,10 +330,10 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION alk.browse_jobs(text, text, bigint, bigint, bigint, bigint, bigint) IS
-'Up to n jobs of one state (pending, processing or dead) of a queue, in claim order (priority DESC, run_at, id), '
+'Up to n jobs of one state (pending, processing, dead or completed) of a queue, in claim order (priority DESC, run_at, id), '
 'after the key (after_priority, after_run_at, after_id) of the last row you saw: keyset paging, no OFFSET. Payloads '
 'and last_error come cut to preview_chars characters, with payload_bytes the full size (alk.get_job has the whole '
-'row). Pending rows are read from the claim index in order; processing and dead rows are sorted. n <= 0 lists '
+'row). Pending rows are read from the claim index in order; the other states are sorted. n <= 0 lists '
 'nothing. Example: SELECT id, priority, run_at, payload_preview FROM alk.browse_jobs(''emails'', ''pending'', 20); '
 'then the next page: SELECT * FROM alk.browse_jobs(''emails'', ''pending'', 20, after_priority => 0, '
 'after_run_at => 1700000000, after_id => 41);';

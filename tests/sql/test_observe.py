@@ -103,7 +103,7 @@ def test_browse_jobs_extents_and_bad_arguments(clocked):
     one(db, "SELECT alk.enqueue('q', '{}')")
     assert page(db, "pending", 0) == [] and page(db, "pending", -1) == []
     assert rows(db, "SELECT * FROM alk.browse_jobs('q', 'pending', NULL)") == []
-    with raises_lk("LK002", "state must be pending, processing or dead", "'done'"):
+    with raises_lk("LK002", "state must be pending, processing, dead or completed", "'done'"):
         db.execute("SELECT * FROM alk.browse_jobs('q', 'done')")
     with raises_lk("LK002", "state"):
         db.execute("SELECT * FROM alk.browse_jobs('q', NULL)")

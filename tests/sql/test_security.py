@@ -181,7 +181,8 @@ MAY_NOT = {
     "worker": ["SELECT alk.cancel('q', 1)", "SELECT alk.sweep_expired('q')", "SELECT alk.trim_to('s', 1)",
                "SELECT alk.schedule('n', '@hourly', 'q')", "SELECT * FROM alk.tick()",
                "SELECT alk._try_lock('alk:scheduler', 'me', 60)", "SELECT alk.requeue_dead('q')",
-               "SELECT alk.grant_worker('x')", "SELECT alk.request_stop('w')", "SELECT * FROM alk.workers()"],
+               "SELECT alk.grant_worker('x')", "SELECT alk.request_stop('w')", "SELECT * FROM alk.workers()",
+               "SELECT alk.set_queue_retention('q', 60)"],
     "admin": ["GRANT EXECUTE ON FUNCTION alk.clock_privilege() TO CURRENT_USER"],
 }
 
@@ -218,12 +219,14 @@ def test_each_kind_does_its_work(db, role):
         assert one(reader, "SELECT alk.get_offset('s', 'c')") == 1
         assert one(reader, "SELECT owner FROM alk.get_lock('l')") == "w"
         assert one(reader, "SELECT running FROM alk.workers()") == 1
+        assert one(reader, "SELECT alk.queue_retention('q')") == 0
     with login(role("admin")) as admin:
         assert one(admin, "SELECT alk.trim_to('s', 1)") == 1
         assert one(admin, "SELECT alk.sweep_expired('q')") == 0
         assert one(admin, "SELECT alk.outbox_sweep_expired('mail')") == 0
         assert one(admin, "SELECT alk.cancel('q', %s)", job_id) is False
         assert one(admin, "SELECT alk.schedule('n', '@hourly', 'q')") > 0
+        assert one(admin, "SELECT alk.set_queue_retention('q', 60)") is True
         assert one(admin, "SELECT alk.grant_reader(%s)", user_of(role())) > 0
         assert one(admin, "SELECT alk.request_stop('w')") is True
 

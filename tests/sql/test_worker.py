@@ -280,11 +280,14 @@ def test_queue_stats_counts_every_state_per_queue(clocked):
 
     assert stats(clocked) == [
         {"queue": "a", "pending": 4, "ready": 2, "scheduled": 2, "processing": 0, "lapsed": 0, "dead": 0,
-         "oldest_ready_age_s": 32, "next_run_at": NOW + 20, "paused": False, "estimated": False},
+         "oldest_ready_age_s": 32, "next_run_at": NOW + 20, "paused": False, "estimated": False,
+         "completed": 0},
         {"queue": "alk:outbox:billing", "pending": 1, "ready": 1, "scheduled": 0, "processing": 0, "lapsed": 0,
-         "dead": 0, "oldest_ready_age_s": 2, "next_run_at": None, "paused": False, "estimated": False},
+         "dead": 0, "oldest_ready_age_s": 2, "next_run_at": None, "paused": False, "estimated": False,
+         "completed": 0},
         {"queue": "b", "pending": 0, "ready": 0, "scheduled": 0, "processing": 2, "lapsed": 1, "dead": 1,
-         "oldest_ready_age_s": None, "next_run_at": None, "paused": False, "estimated": False},
+         "oldest_ready_age_s": None, "next_run_at": None, "paused": False, "estimated": False,
+         "completed": 0},
     ]
 
 
@@ -297,7 +300,8 @@ def test_queue_stats_splits_at_the_clock_across_priorities(clocked):
         enqueue(clocked, "p", priority=priority, run_at=run_at)
     assert stats(clocked, "p") == [
         {"queue": "p", "pending": 8, "ready": 4, "scheduled": 4, "processing": 0, "lapsed": 0, "dead": 0,
-         "oldest_ready_age_s": 7, "next_run_at": NOW + 1, "paused": False, "estimated": False}]
+         "oldest_ready_age_s": 7, "next_run_at": NOW + 1, "paused": False, "estimated": False,
+         "completed": 0}]
 
 
 def test_queue_stats_lapsed_excludes_a_lease_ending_now(clocked):
@@ -315,9 +319,13 @@ def test_queue_stats_agrees_with_a_direct_count(clocked):
         enqueue(clocked, f"m{i % 3}", priority=i % 4 - 1, run_at=NOW + (i * 7) % 23 - 5,
                 visibility_timeout_s=1 + i % 5)
     pin_clock(clocked, NOW + 5)
+    clocked.execute("SELECT alk.set_queue_retention('m2', 60)")
     for queue in ("m0", "m1", "m2"):
-        for job in claim(clocked, 6, queue=queue)[::3]:
+        claimed = claim(clocked, 6, queue=queue)
+        for job in claimed[::3]:
             kill(clocked, job["id"], job["attempts"])
+        if queue == "m2":  # and a completed job
+            clocked.execute("SELECT alk.ack(%s, 'w1', %s)", [claimed[1]["id"], claimed[1]["attempts"]])
     pin_clock(clocked, NOW + 8)  # leases of up to 2 s have lapsed; run_at past NOW + 8 is scheduled
     direct = rows(clocked, """
         SELECT queue, count(*) FILTER (WHERE state = 'pending') AS pending,
@@ -328,9 +336,10 @@ def test_queue_stats_agrees_with_a_direct_count(clocked):
                count(*) FILTER (WHERE state = 'dead') AS dead,
                alk.now() - min(run_at) FILTER (WHERE state = 'pending' AND run_at <= alk.now()) AS oldest_ready_age_s,
                min(run_at) FILTER (WHERE state = 'pending' AND run_at > alk.now()) AS next_run_at, false AS paused,
-               false AS estimated
+               false AS estimated, count(*) FILTER (WHERE state = 'completed') AS completed
           FROM alk.jobs GROUP BY queue ORDER BY queue""")
     assert all(r["dead"] and r["lapsed"] and r["scheduled"] and r["ready"] for r in direct), direct  # each case occurs
+    assert [r["completed"] for r in direct] == [0, 0, 1]
     assert stats(clocked) == direct
     # Under the limit the capped counts are the exact ones.
     assert rows(clocked, "SELECT * FROM alk.queue_stats(exact_limit => 60)") == direct
@@ -341,7 +350,8 @@ def test_queue_stats_of_one_queue_includes_an_empty_one(clocked):
     assert [row["queue"] for row in stats(clocked, "a")] == ["a"]
     assert stats(clocked, "nothing") == [
         {"queue": "nothing", "pending": 0, "ready": 0, "scheduled": 0, "processing": 0, "lapsed": 0, "dead": 0,
-         "oldest_ready_age_s": None, "next_run_at": None, "paused": False, "estimated": False}]
+         "oldest_ready_age_s": None, "next_run_at": None, "paused": False, "estimated": False,
+         "completed": 0}]
     assert stats(clocked, "alk:outbox:billing")[0]["pending"] == 0  # reading a reserved queue is allowed
 
 

@@ -227,3 +227,56 @@ async def test_dead_jobs_can_be_listed_and_requeued_through_the_queue(alk):
     assert job is not None and (job.state, job.attempts_spent, job.last_error) == ("pending", 0, None)
     assert (await queue.channel()).startswith("alk_q_")
     assert await queue.next_claim_at() is not None
+
+
+async def test_completed_jobs_keep_their_result_while_the_queue_keeps_them(alk):
+    queue = alk.queue("q")
+    assert await queue.retention() == 0
+    assert await queue.set_retention(60) is True
+    assert await queue.retention() == 60
+    job_id = await queue.enqueue({"to": "ada"})
+    handle = await queue.claim_one("w")
+    assert handle is not None and await handle.ack({"sent": True, "n": [1, 2.5]}) is True
+    job = await queue.get_job(job_id)
+    assert job is not None
+    assert (job.state, job.result, job.worker_id) == ("completed", {"sent": True, "n": [1, 2.5]}, "w")
+    assert job.completed_at is not None
+    assert [j.id for j in await queue.list_jobs("completed")] == [job_id]
+    assert (await queue.stats()).completed == 1
+    assert await queue.claim_one("w") is None
+    # Off again: the next ack deletes, whatever its result.
+    assert await queue.set_retention(0) is True
+    await queue.enqueue(1)
+    handle = await queue.claim_one("w")
+    assert handle is not None and await handle.ack("ignored") is True
+    assert await queue.get_job(handle.id) is None
+
+
+async def test_retention_and_result_are_checked(alk):
+    queue = alk.queue("q")
+    with pytest.raises(InvalidArgument):
+        await queue.set_retention(-1)
+    with pytest.raises(InvalidArgument):
+        await queue.set_retention(1.5)  # type: ignore[arg-type]
+    await queue.enqueue(1)
+    handle = await queue.claim_one("w")
+    assert handle is not None
+    with pytest.raises(CodecError):
+        await handle.ack(math.nan)
+    assert (await queue.get_job(handle.id)).state == "processing"
+
+
+async def test_headers_travel_with_the_job(alk, db):
+    queue = alk.queue("q")
+    headers = {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
+    job_id = await queue.enqueue("x", headers=headers)
+    batch = await queue.enqueue_batch(["y", "z"], headers={"c": 1}, dedup_keys=["a", None])
+    handle = await queue.claim_one("w")
+    assert handle is not None and handle.id == job_id and handle.job.headers == headers
+    assert [(await queue.get_job(i)).headers for i in batch] == [{"c": 1}, {"c": 1}]
+    assert (await queue.get_job(await queue.enqueue("plain"))).headers is None
+    with pytest.raises(InvalidArgument):
+        await queue.enqueue("x", headers=["not", "an", "object"])  # type: ignore[arg-type]
+    with pytest.raises(CodecError):
+        await queue.enqueue("x", headers={"bad": math.inf})
+    assert jobs_in(db) == 4

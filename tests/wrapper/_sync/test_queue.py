@@ -228,3 +228,56 @@ def test_dead_jobs_can_be_listed_and_requeued_through_the_queue(alk):
     assert job is not None and (job.state, job.attempts_spent, job.last_error) == ("pending", 0, None)
     assert (queue.channel()).startswith("alk_q_")
     assert queue.next_claim_at() is not None
+
+
+def test_completed_jobs_keep_their_result_while_the_queue_keeps_them(alk):
+    queue = alk.queue("q")
+    assert queue.retention() == 0
+    assert queue.set_retention(60) is True
+    assert queue.retention() == 60
+    job_id = queue.enqueue({"to": "ada"})
+    handle = queue.claim_one("w")
+    assert handle is not None and handle.ack({"sent": True, "n": [1, 2.5]}) is True
+    job = queue.get_job(job_id)
+    assert job is not None
+    assert (job.state, job.result, job.worker_id) == ("completed", {"sent": True, "n": [1, 2.5]}, "w")
+    assert job.completed_at is not None
+    assert [j.id for j in queue.list_jobs("completed")] == [job_id]
+    assert (queue.stats()).completed == 1
+    assert queue.claim_one("w") is None
+    # Off again: the next ack deletes, whatever its result.
+    assert queue.set_retention(0) is True
+    queue.enqueue(1)
+    handle = queue.claim_one("w")
+    assert handle is not None and handle.ack("ignored") is True
+    assert queue.get_job(handle.id) is None
+
+
+def test_retention_and_result_are_checked(alk):
+    queue = alk.queue("q")
+    with pytest.raises(InvalidArgument):
+        queue.set_retention(-1)
+    with pytest.raises(InvalidArgument):
+        queue.set_retention(1.5)  # type: ignore[arg-type]
+    queue.enqueue(1)
+    handle = queue.claim_one("w")
+    assert handle is not None
+    with pytest.raises(CodecError):
+        handle.ack(math.nan)
+    assert (queue.get_job(handle.id)).state == "processing"
+
+
+def test_headers_travel_with_the_job(alk, db):
+    queue = alk.queue("q")
+    headers = {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
+    job_id = queue.enqueue("x", headers=headers)
+    batch = queue.enqueue_batch(["y", "z"], headers={"c": 1}, dedup_keys=["a", None])
+    handle = queue.claim_one("w")
+    assert handle is not None and handle.id == job_id and handle.job.headers == headers
+    assert [(queue.get_job(i)).headers for i in batch] == [{"c": 1}, {"c": 1}]
+    assert (queue.get_job(queue.enqueue("plain"))).headers is None
+    with pytest.raises(InvalidArgument):
+        queue.enqueue("x", headers=["not", "an", "object"])  # type: ignore[arg-type]
+    with pytest.raises(CodecError):
+        queue.enqueue("x", headers={"bad": math.inf})
+    assert jobs_in(db) == 4
