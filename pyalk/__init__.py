@@ -14,17 +14,19 @@ PostgreSQL as versioned SQL functions; this package binds them.
 
 from pyalk._async.client import AsyncAlk
 from pyalk._async.executor import AsyncExecutor
+from pyalk._async.job import AsyncJobHandle
 from pyalk._async.lock import AsyncLock
 from pyalk._async.outbox import AsyncOutbox
-from pyalk._async.queue import AsyncJobHandle, AsyncQueue
+from pyalk._async.queue import AsyncQueue
 from pyalk._async.schedule import AsyncSchedules
 from pyalk._async.stream import AsyncStream, AsyncSubscription
 from pyalk._async.worker import AsyncWorker
 from pyalk._sync.client import Alk
 from pyalk._sync.executor import Executor
+from pyalk._sync.job import JobHandle
 from pyalk._sync.lock import Lock
 from pyalk._sync.outbox import Outbox
-from pyalk._sync.queue import JobHandle, Queue
+from pyalk._sync.queue import Queue
 from pyalk._sync.schedule import Schedules
 from pyalk._sync.stream import Stream, Subscription
 from pyalk._sync.worker import Worker

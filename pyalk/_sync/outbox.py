@@ -16,7 +16,8 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from pyalk import _codec
-from pyalk._sync.queue import ENQUEUE_OPTIONS, JobHandle, enqueue_params
+from pyalk._sync.job import JobHandle
+from pyalk._sync.queue import ENQUEUE_OPTIONS, enqueue_params
 from pyalk.backoff import Backoff
 from pyalk.errors import TRANSIENT_ERRORS, InvalidArgument
 from pyalk.values import JOB_COLUMNS, Job, QueueOpts, job_from_row

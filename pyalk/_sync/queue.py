@@ -18,6 +18,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from pyalk import _codec
+from pyalk._sync.job import JobHandle
 from pyalk.values import (
     JOB_COLUMNS,
     QUEUE_STATS_COLUMNS,
@@ -69,8 +70,6 @@ _SETTLE = (
     "SELECT state FROM alk.settle(%(job_ids)s::bigint[], %(worker_id)s, %(attempts)s::bigint[],"
     " %(outcomes)s::text[], %(errs)s::text[], NULL::bigint[], %(queue)s)"
 )
-_SNOOZE = "SELECT alk.snooze(%(job_id)s, %(worker_id)s, %(attempt)s, %(delay)s::bigint, %(queue)s)"
-_ACK = "SELECT alk.ack(%(job_id)s, %(worker_id)s, %(attempt)s, %(queue)s, %(result)s::jsonb)"
 _SET_RETENTION = "SELECT alk.set_queue_retention(%(queue)s, %(completed_s)s::bigint)"
 _RETENTION = "SELECT alk.queue_retention(%(queue)s)"
 _RELEASE = "SELECT alk.release_jobs(%(job_ids)s::bigint[], %(worker_id)s, %(attempts)s::bigint[], %(queue)s)"
@@ -389,77 +388,3 @@ class Queue:
     def channel(self) -> str:
         """``alk.queue_channel``: the LISTEN channel notified when jobs are enqueued here."""
         return str(self.executor.value(QUEUE_CHANNEL, {"queue": self.name}))
-
-
-class JobHandle:
-    """A claimed job. Its ops carry the claim's fencing token (``attempts``),
-    so a handler whose claim lapsed and was re-claimed cannot touch the job."""
-
-    def __init__(self, executor: Executor, job: Job) -> None:
-        self.executor = executor
-        self.job = job
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}(id={self.job.id}, queue={self.job.queue!r}, attempt={self.job.attempts})"
-
-    @property
-    def id(self) -> int:
-        return self.job.id
-
-    @property
-    def payload(self) -> Any:
-        return self.job.payload
-
-    def _params(self, **extra: Any) -> dict[str, Any]:
-        return {
-            "job_id": self.job.id,
-            "worker_id": self.job.worker_id,
-            "attempt": self.job.attempts,
-            "queue": self.job.queue,
-            **extra,
-        }
-
-    def ack(self, result: Any = None) -> bool:
-        """Done: delete the job, or, when the queue keeps completed jobs
-        (:meth:`Queue.set_retention`), keep it completed with ``result``
-        (JSON-encoded like a payload; None stores no result). False when the
-        claim is no longer valid."""
-        params = self._params(result=None if result is None else _codec.payload(result, "result"))
-        return bool(self.executor.value(_ACK, params))
-
-    def retry(self, err: str | None = None, delay: int | timedelta | None = None) -> bool:
-        """Back to pending after ``delay`` seconds, or the row's backoff curve."""
-        params = self._params(err=_codec.text(err, "err"), delay=_codec.seconds(delay, "delay"))
-        return bool(
-            self.executor.value(
-                "SELECT alk.retry(%(job_id)s, %(worker_id)s, %(attempt)s, %(err)s, %(delay)s::bigint, %(queue)s)",
-                params,
-            )
-        )
-
-    def fail(self, err: str | None = None) -> bool:
-        """Dead for good, with ``err`` (or 'failed') as its last error."""
-        params = self._params(err=_codec.text(err, "err"))
-        return bool(
-            self.executor.value(
-                "SELECT alk.fail(%(job_id)s, %(worker_id)s, %(attempt)s, %(err)s, %(queue)s)", params
-            )
-        )
-
-    def snooze(self, seconds: int | timedelta) -> bool:
-        """``alk.snooze``: back to pending in ``seconds`` (0 or less: at once)
-        without spending the attempt; this handle's token is dead after it.
-        False when the claim is no longer valid. (A worker's handler raises
-        :class:`~pyalk.Snooze` instead: the worker then snoozes the job.)"""
-        params = self._params(delay=_codec.seconds(seconds, "seconds"))
-        return bool(self.executor.value(_SNOOZE, params))
-
-    def heartbeat(self, extend: int | timedelta | None = None) -> bool:
-        """Extend the lease to now + ``extend`` seconds (the row's visibility timeout when None)."""
-        params = self._params(extend=_codec.seconds(extend, "extend"))
-        return bool(
-            self.executor.value(
-                "SELECT alk.heartbeat(%(job_id)s, %(worker_id)s, %(attempt)s, %(extend)s::bigint, %(queue)s)",
-                params,
-            )
-        )

@@ -13,7 +13,8 @@ import math
 import time
 from collections.abc import Callable, Sequence, Sized
 
-from pyalk._async.queue import AsyncJobHandle, AsyncQueue
+from pyalk._async.job import AsyncJobHandle
+from pyalk._async.queue import AsyncQueue
 from pyalk._async.worker.advert import AsyncIdleAdvert
 from pyalk._async.worker.settlement import AsyncSettlementBatcher, Outcome, Settled
 from pyalk.backoff import Backoff

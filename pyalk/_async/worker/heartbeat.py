@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from pyalk._async.queue import AsyncJobHandle
+from pyalk._async.job import AsyncJobHandle
 from pyalk.errors import TRANSIENT_ERRORS
 from pyalk.runtime import AsyncEvent
 from pyalk.values import Job

@@ -21,8 +21,9 @@ import socket
 from collections.abc import Sequence
 
 from pyalk import _codec
+from pyalk._async.job import AsyncJobHandle
 from pyalk._async.listener import AsyncListener
-from pyalk._async.queue import AsyncJobHandle, AsyncQueue
+from pyalk._async.queue import AsyncQueue
 from pyalk._async.worker.advert import BUSY_POLL, AsyncIdleAdvert
 from pyalk._async.worker.claim import AsyncClaimLoop
 from pyalk._async.worker.heartbeat import AsyncHeartbeater, Running

@@ -10,7 +10,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from pyalk._async.queue import AsyncJobHandle
+from pyalk._async.job import AsyncJobHandle
 from pyalk._async.worker.heartbeat import AsyncHeartbeater, Running
 from pyalk._async.worker.settlement import AsyncSettlementBatcher, Outcome
 from pyalk.runtime import AsyncEvent, AsyncRuntime

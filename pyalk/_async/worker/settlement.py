@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pyalk._async.queue import AsyncJobHandle
+from pyalk._async.job import AsyncJobHandle
 from pyalk.backoff import Backoff
 from pyalk.errors import TRANSIENT_ERRORS
 from pyalk.runtime import AsyncEvent, AsyncRuntime

@@ -14,7 +14,8 @@ import math
 import time
 from collections.abc import Callable, Sequence, Sized
 
-from pyalk._sync.queue import JobHandle, Queue
+from pyalk._sync.job import JobHandle
+from pyalk._sync.queue import Queue
 from pyalk._sync.worker.advert import IdleAdvert
 from pyalk._sync.worker.settlement import SettlementBatcher, Outcome, Settled
 from pyalk.backoff import Backoff

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from pyalk._sync.queue import JobHandle
+from pyalk._sync.job import JobHandle
 from pyalk.errors import TRANSIENT_ERRORS
 from pyalk.runtime import Event
 from pyalk.values import Job

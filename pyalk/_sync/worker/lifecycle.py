@@ -22,8 +22,9 @@ import socket
 from collections.abc import Sequence
 
 from pyalk import _codec
+from pyalk._sync.job import JobHandle
 from pyalk._sync.listener import Listener
-from pyalk._sync.queue import JobHandle, Queue
+from pyalk._sync.queue import Queue
 from pyalk._sync.worker.advert import BUSY_POLL, IdleAdvert
 from pyalk._sync.worker.claim import ClaimLoop
 from pyalk._sync.worker.heartbeat import Heartbeater, Running

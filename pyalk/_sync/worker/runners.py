@@ -11,7 +11,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from pyalk._sync.queue import JobHandle
+from pyalk._sync.job import JobHandle
 from pyalk._sync.worker.heartbeat import Heartbeater, Running
 from pyalk._sync.worker.settlement import SettlementBatcher, Outcome
 from pyalk.runtime import Event, Runtime
