@@ -272,9 +272,11 @@ IDLE_WORKER = "bench-idle"
 #: definition fails the row loudly).
 WAKE_STEP = re.compile(r"^( *)IF pg_catalog\.current_setting\('transaction_isolation'\).*?^\1END IF;", re.S | re.M)
 NOTIFY_STEP = "PERFORM pg_catalog.pg_notify(alk._queue_channel(p_queue), '');"
-ENQUEUE_SIGNATURE = "alk.enqueue(text, jsonb, bigint, bigint, bigint, bigint, bigint, bigint, bigint, bigint, text)"
+ENQUEUE_SIGNATURE = (
+    "alk.enqueue(text, jsonb, bigint, bigint, bigint, bigint, bigint, bigint, bigint, bigint, text, jsonb)"
+)
 INNER_SIGNATURE = (
-    "alk._enqueue_one(text, jsonb, bigint, bigint, bigint, bigint, bigint, bigint, bigint, bigint, bigint, text)"
+    "alk._enqueue_one(text, jsonb, bigint, bigint, bigint, bigint, bigint, bigint, bigint, bigint, bigint, text, jsonb)"
 )
 
 
