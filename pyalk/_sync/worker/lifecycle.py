@@ -40,6 +40,7 @@ from pyalk.worker.deadline import StopDeadline
 from pyalk.worker.errors import PermanentError, one_line
 from pyalk.worker.in_flight import InFlight
 from pyalk.worker.observer import WorkerObserver
+from pyalk.worker.options import check_options
 from pyalk.worker.state import ACTIVE, STOPPING, IllegalTransition, Lifecycle, WorkerState
 from pyalk.worker.tally import LogFields, Tally, WorkerCounts
 
@@ -118,22 +119,9 @@ class Worker:
         if not isinstance(queue, Queue):
             raise TypeError(f"queue must be a queue handle (alk.queue(name)), got {queue!r}")
         Runtime.check_handler(handler)
-        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
-            raise ValueError(f"concurrency must be a positive int, got {concurrency!r}")
-        if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
-            raise ValueError(f"prefetch must be an int >= 0, got {prefetch!r}")
-        if batch_size is not None and (not isinstance(batch_size, int) or batch_size < 1):
-            raise ValueError(f"batch_size must be a positive int or None, got {batch_size!r}")
-        if buffer_lifetime is not None and not buffer_lifetime >= 0:
-            raise ValueError(f"buffer_lifetime must be >= 0 seconds or None, got {buffer_lifetime!r}")
-        if not settle_interval >= 0:
-            raise ValueError(f"settle_interval must be >= 0 seconds, got {settle_interval!r}")
-        if not poll_interval > 0:
-            raise ValueError(f"poll_interval must be > 0 seconds, got {poll_interval!r}")
-        if not busy_poll >= 0:
-            raise ValueError(f"busy_poll must be >= 0 seconds, got {busy_poll!r}")
-        if not grace_period >= 0:
-            raise ValueError(f"grace_period must be >= 0 seconds, got {grace_period!r}")
+        check_options(concurrency=concurrency, prefetch=prefetch, batch_size=batch_size,
+                      buffer_lifetime=buffer_lifetime, settle_interval=settle_interval, poll_interval=poll_interval,
+                      busy_poll=busy_poll, grace_period=grace_period)
         self.queue = queue
         self.handler = handler
         self.concurrency = concurrency
