@@ -42,6 +42,8 @@ GRACE = 2.0
 #: By when run() has returned: the stop's deadline and some scheduling
 #: slack (six workers stop at once on a shared machine).
 STOPPED_BY = GRACE + STOP_MARGIN + 0.25
+#: The issue's bound on the process: it has exited by its grace period + 1 s.
+EXITED_BY = GRACE + 1.0
 WORKERS_PER_FORM = 3
 FORMS = {"threaded": "work", "async": "work_async"}
 
@@ -154,10 +156,12 @@ def drain_and_check(dsn: str, ledger: Path, spawn: Callable[..., WorkerProcess],
 
 def assert_bounded(exits: Exits) -> None:
     """run() returns by the stop's deadline, with room for the scheduler of
-    a loaded machine: the bound the worker keeps. The process's exit is
-    reported beside it: past run() it is the CLI's teardown (docs/reliability.md)."""
+    a loaded machine (the bound the worker keeps), and the process has exited
+    by grace + 1 s (past run() it is the CLI's teardown, docs/reliability.md)."""
     late = {form: [t for t in times if t > STOPPED_BY] for form, times in exits.stopped.items()}
     assert not any(late.values()), f"stops later than grace + margin ({STOPPED_BY}s): {late}; all: {exits.stopped}"
+    late = {form: [t for t in times if t > EXITED_BY] for form, times in exits.exited.items()}
+    assert not any(late.values()), f"exits later than grace + 1 s ({EXITED_BY}s): {late}; all: {exits.exited}"
 
 
 def test_every_connection_slot_taken(server, chaos_dsn, ledger, spawn, report):
