@@ -3,8 +3,9 @@
 -- worker in any language takes part).
 --
 -- current definition; edit here, then add a version file (docs/migrations.md).
--- Landed as 0024_workers.sql; a fresh install runs this file, an upgrade runs
--- the version files, and tests/migrations proves both give the same catalog.
+-- Landed as 0024_workers.sql (0027: alk.cancel sends the cancel verb); a
+-- fresh install runs this file, an upgrade runs the version files, and
+-- tests/migrations proves both give the same catalog.
 --
 -- One row per running worker, written once at start (alk.worker_register)
 -- and once per beat (alk.worker_beat, every few seconds), never per job: the
@@ -28,7 +29,8 @@
 -- and one argument:
 --     payload  := verb [ ' ' argument ]
 --     'stop'                 drain and exit (request_stop sends it)
---     'cancel <job_id>'      reserved for cancelling a running job (issue 26)
+--     'cancel <job_id>'      the job was cancelled while this worker held it
+--                            (alk.cancel sends it): stop its handler
 -- A worker acts on the verbs it knows and ignores any other payload, so
 -- later verbs never break an older worker.
 --
@@ -224,7 +226,8 @@ $$;
 COMMENT ON FUNCTION alk.worker_register(text, text, text, bigint, bigint, text) IS
 'Register a running worker: one row in the registry that alk.workers() lists, replacing the row of the same '
 'worker_id (a restart: started_at and last_seen_at now, running 0, stopping false). Returns the worker''s control '
-'channel: LISTEN on it for ''stop'' (alk.request_stop) and, later, ''cancel <job_id>''; ignore other payloads. '
+'channel: LISTEN on it for ''stop'' (alk.request_stop) and ''cancel <job_id>'' (alk.cancel of a job it holds); ignore '
+'other payloads. '
 'worker_id follows the worker-id rule and queue the name rule, reserved names allowed (LK001); concurrency must be '
 'at least 1, pid NULL or at least 0, host and version NULL or at most 1024 bytes (LK002); nothing is written on an '
 'error. Also deletes the rows of workers silent for longer than an hour. '

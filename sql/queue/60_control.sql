@@ -5,7 +5,8 @@
 -- After the worker's path (enqueue, claim, settle): these are an application's
 -- or an operator's, and reuse its rules (alk._wake, alk._purge_at). Landed in
 -- 0002_queue.sql (by id, sweep) and 0007_worker.sql (requeue_dead); 0009 added
--- pause and resume, 0026 completed jobs and their retention.
+-- pause and resume, 0026 completed jobs and their retention, 0027 the cancel
+-- notice to a processing job's holder.
 
 -- operations by id --------------------------------------------------------
 
@@ -14,15 +15,29 @@ RETURNS boolean
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+    was text;
+    holder text;
 BEGIN
     PERFORM alk._check_name('queue', cancel.queue);
-    DELETE FROM alk.jobs j WHERE j.queue = cancel.queue AND j.id = job_id AND j.state IN ('pending', 'processing');
-    RETURN FOUND;
+    DELETE FROM alk.jobs j WHERE j.queue = cancel.queue AND j.id = job_id AND j.state IN ('pending', 'processing')
+    RETURNING j.state, j.worker_id INTO was, holder;
+    IF was IS NULL THEN
+        RETURN false;
+    END IF;
+    -- A processing job's holder learns at commit on its control channel
+    -- (sql/workers.sql), so its handler stops instead of running to a refused
+    -- outcome. Sent whatever the lease: a lapsed holder may still be running it.
+    IF was = 'processing' AND holder IS NOT NULL THEN
+        PERFORM pg_catalog.pg_notify(alk._worker_channel(holder), 'cancel ' || job_id);
+    END IF;
+    RETURN true;
 END
 $$;
 COMMENT ON FUNCTION alk.cancel(text, bigint) IS
 'Delete a pending or processing job whatever its lease; true if a row went. Dead and completed jobs stay for '
-'inspection (false). '
+'inspection (false). A processing job''s holder is told at commit: ''cancel <job_id>'' on its control channel '
+'(alk.worker_register), so its handler is cancelled; its later ack, nack or settle is refused as for any lost job. '
 'Example: SELECT alk.cancel(''emails'', 42);';
 
 CREATE FUNCTION alk._get_job(queue text, job_id bigint)

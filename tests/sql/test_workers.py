@@ -229,6 +229,43 @@ BAD_REGISTER = [
 ]
 
 
+# cancel of a held job: the holder is told --------------------------------------------
+
+
+def test_cancel_of_a_processing_job_notifies_its_holder_at_commit(clocked, connect):
+    listener = connect()
+    channel = one(listener, "SELECT alk._channel('alk_w_', 'w1')")
+    listener.execute(f'LISTEN "{channel}"')
+    job_id = one(clocked, "SELECT alk.enqueue('q', '{}')")
+    assert one(clocked, "SELECT id FROM alk.claim('q', 'w1')") == job_id
+    with clocked.transaction(force_rollback=True):
+        assert one(clocked, "SELECT alk.cancel('q', %s)", job_id) is True
+    # Rolled back, nothing was sent: the next notification is a marker.
+    clocked.execute("SELECT pg_notify(%s, 'marker')", [channel])
+    assert [n.payload for n in listener.notifies(timeout=30, stop_after=1)] == ["marker"]
+    assert one(clocked, "SELECT alk.cancel('q', %s)", job_id) is True
+    notices = list(listener.notifies(timeout=30, stop_after=1))
+    assert [(n.channel, n.payload) for n in notices] == [(channel, f"cancel {job_id}")]
+    assert one(clocked, "SELECT (SELECT alk.get_job('q', %s)) IS NULL", job_id) is True
+
+
+def test_cancel_of_a_pending_or_missing_job_notifies_nobody(clocked, connect):
+    listener = connect()
+    channel = one(listener, "SELECT alk._channel('alk_w_', 'w1')")
+    listener.execute(f'LISTEN "{channel}"')
+    held = one(clocked, "SELECT alk.enqueue('q', '{}')")
+    assert one(clocked, "SELECT id FROM alk.claim('q', 'w1')") == held
+    # Retried, the job is pending again: its former holder is not told of a cancel.
+    assert one(clocked, "SELECT alk.retry(%s, 'w1', 1, 'x', 0)", held) is True
+    pending = one(clocked, "SELECT alk.enqueue('q', '{}')")
+    assert one(clocked, "SELECT alk.cancel('q', %s)", held) is True
+    assert one(clocked, "SELECT alk.cancel('q', %s)", pending) is True
+    assert one(clocked, "SELECT alk.cancel('q', %s)", pending) is False
+    # A notification sent after them arrives alone: none was queued before it.
+    clocked.execute("SELECT pg_notify(%s, 'marker')", [channel])
+    assert [n.payload for n in listener.notifies(timeout=30, stop_after=1)] == ["marker"]
+
+
 @pytest.mark.parametrize(("override", "code", "fragment"), BAD_REGISTER)
 def test_bad_register_is_refused_and_writes_nothing(clocked, override, code, fragment):
     register(clocked, "silent-long-ago")
