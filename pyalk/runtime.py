@@ -133,6 +133,26 @@ class Task:
 class AsyncRuntime:
     """How the async worker starts loops, checks handlers and traps signals."""
 
+    #: What a handler's cancelled task raises in it (a cancelled job, issue 26).
+    CANCELLED: type[BaseException] = asyncio.CancelledError
+
+    @staticmethod
+    def current() -> asyncio.Task[Any] | None:
+        """The task running the caller: what :meth:`interrupt` cancels."""
+        return asyncio.current_task()
+
+    @staticmethod
+    def interrupt(task: asyncio.Task[Any] | None) -> None:
+        """Cancel ``task`` (a runner inside its handler): CANCELLED is raised where the handler waits."""
+        if task is not None:
+            task.cancel()
+
+    @staticmethod
+    def resume(task: asyncio.Task[Any] | None) -> None:
+        """The interrupted runner goes on: withdraw the cancel request it took."""
+        if task is not None:
+            task.uncancel()
+
     @staticmethod
     def spawn(fn: Callable[..., Coroutine[Any, Any, Any]], *args: Any, name: str) -> AsyncTask:
         return AsyncTask(asyncio.get_running_loop().create_task(fn(*args), name=name))
@@ -177,8 +197,27 @@ class AsyncRuntime:
             )
 
 
+class _NeverRaised(BaseException):
+    """A thread is never cancelled: Runtime.CANCELLED is nothing anyone raises."""
+
+
 class Runtime:
     """How the threaded worker starts loops, checks handlers and traps signals."""
+
+    #: A blocking handler is never interrupted; it polls ``job.cancelled``.
+    CANCELLED: type[BaseException] = _NeverRaised
+
+    @staticmethod
+    def current() -> None:
+        return None
+
+    @staticmethod
+    def interrupt(task: None) -> None:
+        pass
+
+    @staticmethod
+    def resume(task: None) -> None:
+        pass
 
     @staticmethod
     def spawn(fn: Callable[..., Any], *args: Any, name: str) -> Task:

@@ -24,6 +24,7 @@ class AsyncJobHandle:
     def __init__(self, executor: AsyncExecutor, job: Job) -> None:
         self.executor = executor
         self.job = job
+        self._cancelled = False
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(id={self.job.id}, queue={self.job.queue!r}, attempt={self.job.attempts})"
@@ -35,6 +36,18 @@ class AsyncJobHandle:
     @property
     def payload(self) -> Any:
         return self.job.payload
+
+    @property
+    def cancelled(self) -> bool:
+        """alk.cancel took this job while it ran: stop, its outcome is refused.
+        The worker sets it (:meth:`mark_cancelled`) when its control channel
+        says so; a blocking handler polls it (an async one's task is cancelled
+        as well)."""
+        return self._cancelled
+
+    def mark_cancelled(self) -> None:
+        """The worker's call: the job was cancelled (``cancel <job_id>`` on its control channel)."""
+        self._cancelled = True
 
     def _params(self, **extra: Any) -> dict[str, Any]:
         return {

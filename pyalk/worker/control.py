@@ -21,6 +21,9 @@ DEREGISTER_WITHIN = 0.5
 
 #: The verb of alk.request_stop's payload: drain and exit, as on SIGTERM.
 STOP = "stop"
+#: The verb of alk.cancel's payload (``cancel <job_id>``): a job this worker
+#: holds was cancelled; tell its handler, or drop it from the buffer.
+CANCEL = "cancel"
 
 
 def client_version() -> str:
@@ -35,3 +38,13 @@ def verb(payload: str) -> str:
     """The verb of a control payload (``verb [argument]``, one space
     between): a worker acts on the verbs it knows and ignores the others."""
     return payload.partition(" ")[0]
+
+
+def job_id(payload: str) -> int | None:
+    """The job id argument of a ``cancel <job_id>`` payload; None when it is
+    not a whole number (a payload the worker cannot read is ignored)."""
+    argument = payload.partition(" ")[2]
+    try:
+        return int(argument)
+    except ValueError:
+        return None

@@ -36,10 +36,13 @@ class WorkerCounts:
     #: Jobs whose handler raised :class:`~pyalk.Snooze`: pending again later,
     #: their attempt refunded (alk.snooze).
     snoozed: int = 0
+    #: Jobs alk.cancel took while this worker held them: the handler was told
+    #: (and its outcome not settled), or the job was dropped from the buffer.
+    cancelled: int = 0
 
     @property
     def finished(self) -> int:
-        return self.acked + self.retried + self.failed + self.lost + self.snoozed
+        return self.acked + self.retried + self.failed + self.lost + self.snoozed + self.cancelled
 
 
 class LogFields:
@@ -138,6 +141,16 @@ class Tally:
                            extra=self.fields(job, delay_s=delay))
         if self.observer is not None:
             self.observer.on_settled("snoozed" if held else "lost", 1, seconds)
+
+    def cancelled(self, job: Job, *, started: bool) -> None:
+        """Count and log a job alk.cancel took (``started``: its handler ran
+        and was told; else it was dropped from the buffer). Nothing is
+        settled for it: the row is gone. The observer sees it leave as a release."""
+        self.add(cancelled=1)
+        logger.info("job %d cancelled (alk.cancel) %s", job.id,
+                    "while its handler ran: its outcome is not settled" if started else "before it started",
+                    extra=self.fields(job))
+        self.released(1)
 
     def released(self, n: int) -> None:
         """Claimed jobs let go unsettled (released, abandoned, given up): told to the observer."""

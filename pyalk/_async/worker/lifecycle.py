@@ -174,6 +174,7 @@ class AsyncWorker:
         self._pool = AsyncPool(concurrency, name=f"pyalk-worker-{queue.name}")
         self._registration = AsyncRegistration(
             queue, self.worker_id, concurrency=concurrency, listener=self._listener, stop=self.stop,
+            cancel=self._runners.cancel,
             holding=lambda: len(self._in_flight) + len(self._buffer) + len(self._settler), fields=self._fields)
 
     def __repr__(self) -> str:

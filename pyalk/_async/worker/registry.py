@@ -9,7 +9,10 @@ A stop asked with alk.request_stop arrives as the payload ``stop`` on the
 worker's control channel (LISTENed on its LISTEN connection), or as a beat
 that answers true (a worker without LISTEN, or one that was reconnecting);
 either stops the worker as SIGTERM does. A beat that answers NULL (the row
-was pruned, or removed by hand) registers again.
+was pruned, or removed by hand) registers again. alk.cancel of a job the
+worker holds arrives as ``cancel <job_id>`` on the same channel and goes to
+``cancel`` (the runners tell the job's handler); a worker without LISTEN
+learns nothing of it, and its handler's outcome is refused as for any lost job.
 
 The registry serves operators; it is never a condition of work: a server
 without it (before version 0024), a role without the grant or any other
@@ -32,7 +35,7 @@ from pyalk._async.queue import AsyncQueue
 from pyalk.errors import TRANSIENT_ERRORS, AlkError, ConnectError
 from pyalk.runtime import AsyncEvent
 from pyalk.worker import control
-from pyalk.worker.control import STOP, client_version, verb
+from pyalk.worker.control import CANCEL, STOP, client_version, job_id, verb
 from pyalk.worker.errors import one_line
 from pyalk.worker.tally import LogFields
 
@@ -46,7 +49,8 @@ _PASSING: tuple[type[BaseException], ...] = (*TRANSIENT_ERRORS, ConnectError)
 class AsyncRegistration:
     """One worker's row: :meth:`run` registers and beats until :meth:`close`,
     then deregisters. ``holding()`` is the jobs the worker holds now
-    (claimed, not yet settled); ``stop()`` stops it as SIGTERM does."""
+    (claimed, not yet settled); ``stop()`` stops it as SIGTERM does;
+    ``cancel(job_id)`` is told of each job alk.cancel took from it."""
 
     def __init__(
         self,
@@ -57,6 +61,7 @@ class AsyncRegistration:
         listener: AsyncListener | None,
         holding: Callable[[], int],
         stop: Callable[[], None],
+        cancel: Callable[[int], None],
         fields: LogFields,
     ) -> None:
         self._queue = queue
@@ -65,6 +70,7 @@ class AsyncRegistration:
         self._listener = listener
         self._holding = holding
         self._stop = stop
+        self._cancel = cancel
         self._fields = fields
         # Read when built, so a test can shorten it for its workers.
         self._beat_interval = control.BEAT_INTERVAL
@@ -133,8 +139,13 @@ class AsyncRegistration:
 
     def _on_control(self, payload: str) -> None:
         """A notification on the control channel (from the listener's loop)."""
-        if verb(payload) == STOP:
+        asked = verb(payload)
+        if asked == STOP:
             self._stop_asked("on its control channel")
+        elif asked == CANCEL:
+            cancelled = job_id(payload)
+            if cancelled is not None:
+                self._cancel(cancelled)
 
     def _stop_asked(self, how: str) -> None:
         if not self.stop_requested:

@@ -128,16 +128,27 @@ class AsyncRunners:
             logger.debug("job %d started (attempt %d)", job.id, job.attempts, extra=tally.fields(job))
         try:
             error: Exception | None = None
+            running.task = task = AsyncRuntime.current()
             try:
                 await self.handler(handle)
             except Exception as caught:
                 error = caught
+            except AsyncRuntime.CANCELLED:
+                if not running.interrupted:
+                    raise  # not a cancelled job's: a stop past its grace period
+            finally:
+                running.task = None
+                if running.interrupted:
+                    AsyncRuntime.resume(task)  # the runner goes on to its next job
             duration = time.monotonic() - now
             observer = tally.observer
             if observer is not None:
                 observer.on_handler(duration)
             if self._life.state in ABANDONED:
                 return  # past the grace period: the job is left to lease expiry
+            if handle.cancelled:
+                tally.cancelled(job, started=True)  # the row is gone: nothing to settle
+                return
             if error is None:
                 if debug:
                     logger.debug("job %d done in %.3fs", job.id, duration,
@@ -153,6 +164,30 @@ class AsyncRunners:
             self._in_flight.remove(running)
             if self._burst and not self._buffer.jobs:
                 self._wake.set()  # maybe the last: the claim loop looks whether the burst is over
+
+    def cancel(self, job_id: int) -> None:
+        """alk.cancel took job ``job_id`` from this worker (``cancel <job_id>``
+        on its control channel): a running handler is told (``job.cancelled``;
+        an async handler's task is cancelled too), a buffered job is dropped.
+        Called on the listener's loop (async) or thread (threads)."""
+        for running in self._in_flight.jobs():
+            if running.handle.id == job_id:
+                running.handle.mark_cancelled()
+                running.next_beat = math.inf  # no heartbeat for a row that is gone
+                task = running.task
+                if task is not None and not running.interrupted:
+                    running.interrupted = True
+                    AsyncRuntime.interrupt(task)
+                return
+        jobs = self._buffer.jobs
+        for entry in list(jobs):
+            if entry[0].id == job_id:
+                try:
+                    jobs.remove(entry)
+                except ValueError:  # a runner thread took it meanwhile: it runs to a refused outcome
+                    return
+                self._tally.cancelled(entry[0].job, started=False)
+                return
 
     async def _snooze(self, handle: AsyncJobHandle, delay: int) -> None:
         """A handler's :class:`~pyalk.Snooze`: ``alk.snooze`` at once, one round

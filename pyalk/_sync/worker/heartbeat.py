@@ -27,6 +27,8 @@ class Running:
     interval: float  # seconds between heartbeats: half the visibility timeout
     next_beat: float  # time.monotonic() of the next heartbeat (inf: none)
     lost: bool = False  # a heartbeat found the claim no longer valid
+    task: Any = None  # the task running its handler, while it runs (async only: AsyncRuntime.current())
+    interrupted: bool = False  # alk.cancel took it and its handler's task was cancelled
 
     @property
     def key(self) -> tuple[int, int]:

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from datetime import timedelta
+from queue import SimpleQueue
 from typing import Any
 
 import psycopg
@@ -29,7 +31,7 @@ from pyalk import (
     QueueOpts,
     Snooze,
 )
-from pyalk.runtime import AsyncEvent
+from pyalk.runtime import AsyncEvent, AsyncRuntime
 from pyalk.worker.state import WorkerState
 from tests.helpers import one, until
 
@@ -723,3 +725,96 @@ async def test_the_observer_sees_buffered_jobs_released_at_a_stop(alk, db):
     assert recorder.total("acked") == counts.acked == len(recorder.handlers) >= 41
     assert counts.released > 0 and sum(recorder.released) == counts.released == claimed - counts.acked
     assert recorder.held() == 0
+
+
+# cancel of a held job (alk.cancel, issue 26) -------------------------------------------
+
+#: Whether this is the async form: its handlers' tasks are cancelled, a thread only sees job.cancelled.
+ASYNC = AsyncWorker.__name__.startswith("Async")
+#: How often the waiting handler below looks at job.cancelled (the threaded form's only news of it).
+CANCEL_POLL = 0.005
+
+
+def listening_on_control(caplog: pytest.LogCaptureFixture) -> Callable[[], bool]:
+    """Whether the worker LISTENs on its control channel yet (a cancel before it is not heard)."""
+    return lambda: any("listening on alk_w_" in record.getMessage() for record in list(caplog.records))
+
+
+async def test_a_cancelled_running_job_tells_its_handler_and_is_never_settled(alk, db, caplog):
+    """alk.cancel from another connection reaches the handler running the job
+    (async: its task is cancelled; threads: job.cancelled turns true), the
+    job is gone and nothing is retried or buried; 20 times, measured from just
+    before the cancel was sent to the handler learning of it."""
+    caplog.set_level(logging.DEBUG, logger="pyalk.worker")
+    rounds = 20
+    started: SimpleQueue[int] = SimpleQueue()
+    learned: SimpleQueue[tuple[float, bool]] = SimpleQueue()  # when, and whether by CANCELLED
+    gate = AsyncEvent()  # never set: the handler waits on it until told
+
+    async def handler(job: AsyncJobHandle) -> None:
+        started.put(job.id)
+        try:
+            while not job.cancelled:
+                await gate.wait(CANCEL_POLL)
+        except AsyncRuntime.CANCELLED:
+            learned.put((time.monotonic(), True))
+            raise
+        learned.put((time.monotonic(), False))
+
+    queue = alk.queue("q")
+    ids = set(await queue.enqueue_batch(list(range(rounds))))
+    worker = AsyncWorker(queue, handler, concurrency=1, handle_signals=False, poll_interval=3600)
+    latencies: list[float] = []
+    by_cancel: list[bool] = []
+
+    def produce() -> None:
+        until(listening_on_control(caplog), "the worker to LISTEN on its control channel")
+        for _ in range(rounds):
+            job_id = started.get(timeout=DEADLINE)
+            sent = time.monotonic()
+            assert one(db, "SELECT alk.cancel('q', %s)", job_id) is True
+            at, cancelled_error = learned.get(timeout=DEADLINE)
+            latencies.append(at - sent)
+            by_cancel.append(cancelled_error)
+
+    await run_beside(worker, produce)
+    counts = worker.counts
+    assert (counts.claimed, counts.cancelled, counts.acked, counts.retried, counts.failed, counts.lost) == (
+        rounds, rounds, 0, 0, 0, 0)
+    assert by_cancel == [ASYNC] * rounds  # async: the task was cancelled, not the flag polled
+    assert job_rows(db) == [] and ids  # gone, none retried or buried
+    ordered = sorted(latencies)
+    p50, p99 = ordered[rounds // 2], ordered[math.ceil(0.99 * rounds) - 1]
+    print(f"cancel to handler ({'async' if ASYNC else 'threads'}), {rounds} rounds: p50 {p50 * 1000:.1f} ms, "
+          f"p99 {p99 * 1000:.1f} ms")
+    assert p99 < 1.0
+
+
+async def test_a_cancelled_buffered_job_is_dropped_before_it_starts(alk, db, caplog):
+    caplog.set_level(logging.DEBUG, logger="pyalk.worker")
+    gate = AsyncEvent()
+    ran: list[int] = []
+
+    async def handler(job: AsyncJobHandle) -> None:
+        ran.append(job.id)
+        await gate.wait(DEADLINE)
+
+    queue = alk.queue("q")
+    first, second = await queue.enqueue_batch(["a", "b"])
+    worker = AsyncWorker(queue, handler, concurrency=1, handle_signals=False, poll_interval=3600)
+
+    def produce() -> None:
+        until(listening_on_control(caplog), "the worker to LISTEN on its control channel")
+        until(lambda: ran == [first], "the first job to start")
+        until(lambda: one(db, "SELECT state FROM alk.get_job('q', %s)", second) == "processing",
+              "the second job to be claimed into the buffer")
+        assert one(db, "SELECT alk.cancel('q', %s)", second) is True
+        until(lambda: worker.counts.cancelled == 1, "the worker to drop it")
+        gate.set()
+        until(lambda: worker.counts.acked == 1, "the first job to be acked")
+
+    await run_beside(worker, produce)
+    counts = worker.counts
+    assert ran == [first]
+    assert (counts.claimed, counts.acked, counts.cancelled, counts.released, counts.lost) == (1, 1, 1, 0, 0)
+    assert job_rows(db) == []
