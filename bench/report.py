@@ -233,7 +233,14 @@ def _registry_limits(r: RowResult) -> str:
         f"{beating['beats/s']:g} durable beat commits/s beside the hot path on shared cores"
         + (f", their backend {cpu} of a core" if cpu else "")
         + f"; rounds {beating['with/without min-max']}"
+        + (" straddle 1: the run's spread" if _straddles_one(str(beating["with/without min-max"])) else "")
     )
+
+
+def _straddles_one(spread: str) -> bool:
+    """'0.694-1.223' -> True: some rounds ran faster with the registry, some slower."""
+    low, _, high = spread.partition("-")
+    return float(low) < 1 < float(high)
 
 
 def _overview_limits() -> str:
