@@ -228,12 +228,13 @@ def _registry_limits(r: RowResult) -> str:
     beating = r.records[-1] if r.records else None
     if not beating or not beating.get("beats/s"):
         return ""
-    cpu = beating.get("beats' backend CPU")
+    shares = {side: beating.get(f"beats' {side} CPU") for side in ("backend", "client")}
+    cpu = [f"{side} {share}" for side, share in shares.items() if share]
     return (
         f"{beating['beats/s']:g} durable beat commits/s beside the hot path on shared cores"
-        + (f", their backend {cpu} of a core" if cpu else "")
+        + (f", their {' and '.join(cpu)} of a core" if cpu else "")
         + f"; rounds {beating['with/without min-max']}"
-        + (" straddle 1: the run's spread" if _straddles_one(str(beating["with/without min-max"])) else "")
+        + (", straddling 1" if _straddles_one(str(beating["with/without min-max"])) else "")
     )
 
 

@@ -68,6 +68,8 @@ class Beater:
                 "SELECT alk.worker_register(%s, %s, 'bench-host', %s, 10, 'bench')", [wid, pg.QUEUE, os.getpid()]
             )
         self.beat_seconds: list[float] = []
+        #: CPU seconds the beating thread itself has used (this process, the same cores).
+        self.client_cpu_s = 0.0
         self.error: BaseException | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._beat, daemon=True)
@@ -84,6 +86,7 @@ class Beater:
                     "SELECT alk.worker_beat(%s, 10)", [self.ids[i % WORKERS]], prepare=True
                 ).fetchone()
                 self.beat_seconds.append(time.perf_counter() - t0)
+                self.client_cpu_s = time.thread_time()
                 if stopping is None or stopping[0] is None:
                     raise RuntimeError(f"worker {self.ids[i % WORKERS]} lost its registry row")
                 i += 1
@@ -155,6 +158,7 @@ def registry_cost(ctx: Context) -> RowResult:
     beats_per_s: list[float] = []
     beat_ms: list[float] = []
     beat_cpu: list[float] = []  # the beating backend's CPU over each run, share of a core
+    client_cpu: list[float] = []  # the beating thread's CPU over each run, share of a core
     raw: list[dict[str, Any]] = []
     load_before = os.getloadavg()
     ctx.progress.start("registry cost", total=size.rounds * 2)
@@ -166,10 +170,12 @@ def registry_cost(ctx: Context) -> RowResult:
                     per_client = _fill(conn, 100, size.claim100_jobs)
                     before = beater.beats() if beater else 0
                     cpu_before = beater.backend_cpu_s() if beater else None
+                    client_before = beater.client_cpu_s if beater else 0.0
                     result, _ = _drain(ctx, db, conn, "alk_claim_100_ack_batch.sql", 100, per_client)
                     if beater:
                         beats_per_s.append((beater.beats() - before) / result.seconds)
                         beat_ms.extend(s * 1000 for s in beater.beat_seconds)
+                        client_cpu.append((beater.client_cpu_s - client_before) / result.seconds)
                         cpu_after = beater.backend_cpu_s()
                         if cpu_before is not None and cpu_after is not None:
                             beat_cpu.append((cpu_after - cpu_before) / result.seconds)
@@ -191,6 +197,7 @@ def registry_cost(ctx: Context) -> RowResult:
             "beats/s": round(statistics.median(beats_per_s), 1),
             "beat ms p50": round(statistics.median(beat_ms), 3) if beat_ms else None,
             "beats' backend CPU": f"{statistics.median(beat_cpu):.2%}" if beat_cpu else None,
+            "beats' client CPU": f"{statistics.median(client_cpu):.2%}" if client_cpu else None,
         },
     ]
     return RowResult(
@@ -198,14 +205,15 @@ def registry_cost(ctx: Context) -> RowResult:
         title="hot path with 100 registered workers beating",
         status="ok",
         columns=["setup", "jobs/s p50", "with/without p50", "with/without min-max", "beats/s", "beat ms p50",
-                 "beats' backend CPU"],
+                 "beats' backend CPU", "beats' client CPU"],
         records=records,
         notes=[
             f"{size.rounds} interleaved rounds, {CLIENTS} clients draining {size.claim100_jobs:,} jobs per run; "
             f"load average {load_before[0]:.2f} before, {load_after[0]:.2f} after ({os.cpu_count()} cores).",
             "Every round's jobs/s: " + "; ".join(f"{n}: {[round(x) for x in rates[n]]}" for n in setups)
             + f"; beat round trips timed in the beating connection (p50 over {len(beat_ms)}; durable commits, "
-            "as a worker's beats); its backend's CPU from /proc over each run (median share of a core).",
+            "as a worker's beats); its backend's CPU from /proc and the beating thread's own CPU "
+            "(time.thread_time) over each run (median share of a core).",
         ],
         extra={"pgbench": raw, "ratios": ratios, "beats_per_s": beats_per_s},
         seconds=time.perf_counter() - started,
