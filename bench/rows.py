@@ -8,11 +8,20 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from bench import rows_dashboard, rows_e2e, rows_hostile, rows_latency, rows_router, rows_soak, rows_sql
+from bench import (
+    rows_dashboard,
+    rows_e2e,
+    rows_hostile,
+    rows_latency,
+    rows_ops,
+    rows_router,
+    rows_soak,
+    rows_sql,
+)
 from bench.registry import GROUPS, Row
 
 MODULES: tuple[ModuleType, ...] = (
-    rows_sql, rows_e2e, rows_soak, rows_dashboard, rows_latency, rows_hostile, rows_router,
+    rows_sql, rows_ops, rows_e2e, rows_soak, rows_dashboard, rows_latency, rows_hostile, rows_router,
 )
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import report, rows_e2e, rows_soak
+from bench import report, rows_e2e, rows_ops, rows_soak
 from bench.cli import run_rows
 from bench.peers import pyalk_worker
 from bench.registry import QUICK, Context, RowResult
@@ -242,3 +242,51 @@ def test_the_soak_rows_run_in_quick_mode(bench_ctx: Context, tmp_path: Path, mon
     text = (tmp_path / "benchmarks.md").read_text(encoding="utf-8")
     assert "### soak under a held snapshot (`soak.held`" in text  # in the end-to-end section
     assert text.index("## 2. End to end") < text.index("(`soak.churn`")
+
+
+def test_the_ops_rows_run_in_quick_mode(bench_ctx: Context) -> None:
+    """Both issue 27 rows: with and without the beating registry, retention off and on, interleaved."""
+    registry, retention = _run(bench_ctx, "ops.registry_cost", "ops.retention_cost")
+    assert registry.status == "ok" and retention.status == "ok"
+    without, beating = registry.records
+    assert without["jobs/s p50"] > 0 and beating["jobs/s p50"] > 0
+    assert beating["with/without p50"] is not None and beating["beats/s"] > 0  # the workers did beat
+    assert len(registry.extra["ratios"]) == rows_ops.QUICK_SIZES.rounds
+    assert [(p["round"], p["setup"]) for p in registry.extra["pgbench"]] == [
+        (1, "without"), (1, "with"), (2, "with"), (2, "without"),
+    ]
+    assert [rec["hot path"] for rec in retention.records] == [title for title, _, _ in rows_ops.RETENTION_SCRIPTS]
+    for rec in retention.records:
+        assert rec["retention 0 jobs/s"] > 0 and rec[f"retention {rows_ops.RETENTION_S} s jobs/s"] > 0
+        assert rec["on/off p50"] is not None
+    (target,) = [t for t in report.targets([registry, retention]) if t["target"].startswith("100 registered")]
+    assert target["measured"].startswith("with/without p50 ")
+    assert target["met"] is (beating["with/without p50"] >= rows_ops.REGISTRY_TARGET)
+
+
+def test_the_registry_target_is_judged_on_the_median_ratio() -> None:
+    """>= 0.98 with / without meets it; below, the line says what the beats cost; no row, no target line."""
+
+    def judged(ratio: float, spread: str | None = None) -> dict[str, object]:
+        records = [
+            {"setup": "empty registry", "jobs/s p50": 50_000},
+            {"setup": "100 workers beating every 5 s", "jobs/s p50": round(50_000 * ratio),
+             "with/without p50": ratio, "with/without min-max": spread or f"{ratio - 0.01:.3f}-{ratio + 0.01:.3f}",
+             "beats/s": 20.0, "beat ms p50": 0.4, "beats' backend CPU": "0.80%", "beats' client CPU": "0.50%"},
+        ]
+        registry = RowResult(key="ops.registry_cost", title="registry", status="ok", columns=[], records=records)
+        return next(t for t in report.targets([registry]) if t["target"].startswith("100 registered"))
+
+    met = judged(0.985)
+    assert met["met"] is True and met["what limits us"] == ""
+    missed = judged(0.97)
+    assert missed["met"] is False
+    assert missed["measured"] == "with/without p50 0.970 (rounds 0.960-0.980)"
+    assert str(missed["what limits us"]).startswith("20 durable beat commits/s")
+    assert "their backend 0.80% and client 0.50% of a core" in str(missed["what limits us"])
+    assert len(str(missed["what limits us"])) <= 160 and len(str(missed["measured"])) <= 160
+    assert "straddling" not in str(missed["what limits us"])  # every round below 1
+    noisy = judged(0.94, spread="0.694-1.223")
+    assert noisy["met"] is False and str(noisy["what limits us"]).endswith("rounds 0.694-1.223, straddling 1")
+    assert len(str(noisy["what limits us"])) <= 160
+    assert not [t for t in report.targets([]) if t["target"].startswith("100 registered")]
