@@ -4,7 +4,6 @@ threads, and show what happened. Everything goes through the public API."""
 from __future__ import annotations
 
 import argparse
-import os
 import random
 import threading
 import time
@@ -18,6 +17,7 @@ from rich.text import Text
 from pyalk import Alk, QueueOpts, embedded
 from pyalk.cli.common import Commands, default_of
 from pyalk.cli.server import print_server
+from pyalk.conninfo import default_conninfo
 
 
 @dataclass
@@ -93,7 +93,9 @@ def run(conninfo: str, *, jobs: int = 5000, workers: int = 4, console: Console |
 
 
 def cmd_demo(args: argparse.Namespace, console: Console) -> None:
-    dsn = args.dsn or os.environ.get("PYALK_DSN")
+    # --dsn or $PYALK_DSN names a database; libpq's bare environment does not
+    # (unlike the other commands): with neither, the demo brings its own.
+    dsn = args.dsn or default_conninfo()
     if dsn:
         run(dsn, jobs=args.jobs, workers=args.workers, console=console)
         return
