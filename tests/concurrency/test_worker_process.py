@@ -126,6 +126,13 @@ def started(db: psycopg.Connection) -> list[tuple[int, int]]:
     return db.execute("SELECT job_id, attempt FROM public.started ORDER BY job_id").fetchall()
 
 
+def backends(db: psycopg.Connection) -> set[int]:
+    """The client backends connected to the test database."""
+    return {row[0] for row in db.execute(
+        "SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
+        " AND backend_type = 'client backend'")}
+
+
 def job_states(db: psycopg.Connection) -> dict[int, tuple[str, int]]:
     # Attempts spent: a released claim (never started) is refunded.
     return {row[0]: (row[1], row[2]) for row in db.execute(
@@ -142,14 +149,18 @@ def enqueue(dsn: str, n: int, **opts: Any) -> list[int]:
 
 def test_a_killed_workers_jobs_run_again_after_their_lease(dsn, db, gate, spawn):
     ids = enqueue(dsn, 5, visibility_timeout_s=2)
+    ours = backends(db)
     process = spawn("--concurrency", "3")
     until(lambda: len(started(db)) == 3, "three handlers to start")
     process.proc.send_signal(signal.SIGKILL)
     process.proc.wait()
+    gate()  # lets the orphaned backends' lock waits end; the jobs stay leased
+    # A claim the dead worker sent just before the kill still commits in its orphaned backend:
+    # read who holds what only once every backend it opened is gone.
+    until(lambda: backends(db) <= ours, "the dead worker's backends to exit")
     # Held by the dead worker: the jobs it started, and those it claimed ahead (prefetch).
     killed = {job_id for job_id, state in job_states(db).items() if state == ("processing", 1)}
     assert {job_id for job_id, _ in started(db)} <= killed
-    gate()  # lets the orphaned backends' lock waits end; the jobs stay leased
 
     handled: list[tuple[int, int]] = []
     guard = threading.Lock()
