@@ -84,7 +84,7 @@ CREATE TABLE alk.jobs (
     -- What the ack stored, and when: completed rows only (queue_settings).
     result jsonb,
     completed_at bigint,
-    -- Dependencies (alk.enqueue's after; 0029): how many listed jobs this one
+    -- Dependencies (alk.enqueue's after; 0028): how many listed jobs this one
     -- still waits for (its rows in alk.job_after). Only a job at 0 is in
     -- jobs_claim_pending, so waiting jobs cost a claim nothing.
     after_left bigint NOT NULL DEFAULT 0,
@@ -108,7 +108,7 @@ COMMENT ON TABLE alk.jobs IS 'Every job of every queue. Private: use the alk.* f
 -- cost a claim anything.
 CREATE INDEX jobs_claim_pending ON alk.jobs (queue, priority DESC, run_at, id)
     WHERE state = 'pending' AND after_left = 0;
--- Pending jobs waiting on their after jobs (0029): queue_stats counts them
+-- Pending jobs waiting on their after jobs (0028): queue_stats counts them
 -- as scheduled; empty unless dependencies are used.
 CREATE INDEX jobs_after_waiting ON alk.jobs (queue, run_at) WHERE state = 'pending' AND after_left > 0;
 -- Lapsed leases (crashed workers) are found by their deadline.
@@ -148,7 +148,7 @@ CREATE TABLE alk.queue_settings (
 COMMENT ON TABLE alk.queue_settings IS
 'Per-queue settings that differ from the defaults (completed-job retention). Private: use alk.set_queue_retention.';
 
--- Dependencies (alk.enqueue's after; 0029): one row per waiting job and job
+-- Dependencies (alk.enqueue's after; 0028): one row per waiting job and job
 -- it waits for, in the same queue. A row goes when the job waited for is
 -- acked, cancelled, completed or purged (alk._after_sync), and stays while
 -- it is dead, so requeue_dead brings the waiting job back still waiting.

@@ -4,7 +4,7 @@
 -- After wake-ups (the function bodies' "wake-ups section above" is
 -- 20_wake.sql); the outbox and the scheduler call alk._enqueue too. Landed in
 -- 0002_queue.sql; changed by 0009 (dedup keys, alk._enqueue_one), 0017, 0021,
--- 0026 (headers), 0029 (after: 35_after.sql).
+-- 0026 (headers), 0028 (after: 35_after.sql).
 
 -- enqueue -------------------------------------------------------------------
 

@@ -1,5 +1,5 @@
 -- pyalk queue, dependencies (docs/queue.md "Dependencies"): alk.enqueue's
--- after. Landed in 0029_job_dependencies.sql.
+-- after. Landed in 0028_job_dependencies.sql.
 --
 -- A job enqueued after=[a, b] waits (pending, after_left = the number of
 -- listed jobs that still exist, out of jobs_claim_pending) until none of

@@ -4,7 +4,7 @@
 --
 -- Before settle, whose alk.settle_and_claim calls alk._claim. Landed in
 -- 0002_queue.sql (claim) and 0007_worker.sql (next_claim_at); changed by 0009,
--- 0016, 0026 (alk.job's new columns) and 0029 (after: a waiting job is not in
+-- 0016, 0026 (alk.job's new columns) and 0028 (after: a waiting job is not in
 -- jobs_claim_pending, whose predicate every pending read below repeats).
 
 -- claim ---------------------------------------------------------------------

@@ -7,7 +7,7 @@
 -- itself in alk.queue_counts (80_throughput.sql; the bodies reach it at run
 -- time only). Landed in 0002_queue.sql; 0009 added alk._settle, settle,
 -- release_jobs and settle_and_claim; changed by 0015, 0019, 0020, 0022, 0023;
--- 0025 added snooze; 0026 completed jobs and results (alk._complete); 0029
+-- 0025 added snooze; 0026 completed jobs and results (alk._complete); 0028
 -- settling an awaited job releases or buries its waiters (alk._after_sync).
 
 -- operations on a claimed job -----------------------------------------------

@@ -6,7 +6,7 @@
 -- or an operator's, and reuse its rules (alk._wake, alk._purge_at). Landed in
 -- 0002_queue.sql (by id, sweep) and 0007_worker.sql (requeue_dead); 0009 added
 -- pause and resume, 0026 completed jobs and their retention, 0027 the cancel
--- notice to a processing job's holder, 0029 dependencies (35_after.sql): a
+-- notice to a processing job's holder, 0028 dependencies (35_after.sql): a
 -- cancelled or purged job releases, an expired one buries, a requeued one
 -- revives the jobs enqueued after it.
 

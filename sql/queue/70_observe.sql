@@ -4,7 +4,7 @@
 -- After everything that writes jobs; nothing before calls them. Landed in
 -- 0007_worker.sql (queue_stats, list_jobs) and 0011_observe.sql (browse_jobs);
 -- queue_stats changed by 0009, 0012, 0014, 0018, 0026 (completed jobs) and
--- 0029 (jobs waiting on their after jobs count as scheduled).
+-- 0028 (jobs waiting on their after jobs count as scheduled).
 
 -- queue_stats ---------------------------------------------------------------
 

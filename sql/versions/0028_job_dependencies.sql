@@ -1,12 +1,11 @@
--- pyalk 0029: job_dependencies (issue 26, point 4). alk.enqueue and alk.enqueue_batch take after bigint[]: ids
+-- pyalk 0028: job_dependencies (issue 26, point 4). alk.enqueue and alk.enqueue_batch take after bigint[]: ids
 -- of jobs of the same queue that the new job waits for. It is pending but out of jobs_claim_pending (whose
 -- predicate gains after_left = 0) until none of them exists any more (acked, cancelled, purged) or is completed;
 -- a listed job that dies buries its waiters, transitively, with last_error 'after job <id> died', and
 -- requeue_dead of it brings them back, waiting again. The edges live in alk.job_after; alk.jobs gains
 -- after_left (how many listed jobs a job still waits for) and awaited (some job waits for this one: only then
 -- do its ack, cancel, completion or death look in alk.job_after). queue_stats counts waiting jobs as scheduled
--- (the index jobs_after_waiting). Numbered 0029: 0028 is left to another branch of this round; the chain only needs
--- each revision's down_revision to name the file before it.
+-- (the index jobs_after_waiting).
 --
 -- The claim index is rebuilt under this migration's transaction (a lock on alk.jobs for as long as the
 -- build takes: seconds per million pending jobs). Signatures only gain trailing defaulted parameters, so an
