@@ -8,6 +8,7 @@ public.ran; the test waits on those rows, never on sleeps.
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 import subprocess
@@ -55,4 +56,4 @@ def test_two_worker_processes_run_a_chain_of_1000_jobs_in_order(dsn, db):
     assert [r[0] for r in rows] == ids  # each once, in chain order
     assert [r[1] for r in rows] == list(range(LINKS))
     # Never two at once: each link started after the one before had ended.
-    assert all(later[2] >= earlier[3] for earlier, later in zip(rows, rows[1:], strict=False))
+    assert all(later[2] >= earlier[3] for earlier, later in itertools.pairwise(rows))

@@ -313,7 +313,7 @@ def test_two_listed_jobs_acked_at_once_by_two_connections_release_their_waiter(d
         # The first ack's release holds the waiter's row; the second's
         # release waits for it, then subtracts from what the first left.
         assert one(first, ACK, held[0]["id"], "w1", 1) is True
-        thread, out = in_thread(lambda: one(second, ACK, held[1]["id"], "w1", 1))
+        thread, out = in_thread(lambda job_id=held[1]["id"]: one(second, ACK, job_id, "w1", 1))
         until(lambda: blocked_on_lock(db, second.info.backend_pid), "the second release waits for the first")
         first.commit()
         thread.join()
