@@ -320,3 +320,50 @@ def test_two_listed_jobs_acked_at_once_by_two_connections_release_their_waiter(d
         assert out == [True]
         assert [j["id"] for j in claim(db, 10)] == [child]
         assert one(db, ACK, child, "w1", 1) is True
+
+
+# psql and Python ----------------------------------------------------------------
+
+
+def test_psql_and_python_agree_on_the_dependencies_example(dsn, db, tmp_path):
+    """docs/queue.md "Dependencies: after", its sql block run in psql as
+    written, and the same steps through the Python wrapper: the same answers."""
+    import re
+    import subprocess
+    from pathlib import Path
+
+    from pyalk import Alk
+    from tests.test_docs_examples import psql_binary
+
+    psql = psql_binary()
+    if psql is None:
+        pytest.skip("no psql binary on this machine")
+    page = (Path(__file__).resolve().parents[2] / "docs/queue.md").read_text()
+    section = page.split("## Dependencies: after", 1)[1]
+    block = re.findall(r"```sql\n(.*?)```", section, re.S)[0]
+    script = tmp_path / "after.sql"
+    script.write_text(block)
+    result = subprocess.run([psql, "-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-d", dsn, "-f", str(script)],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    # fetch was acked: parse and index are left.
+    parse, index = [r[0] for r in db.execute("SELECT id FROM alk.list_jobs('pipeline') ORDER BY id")]
+    psql_says = result.stdout.split("\n")[:-1]
+    assert psql_says == ['{"step": "fetch"}', "pending", "t", "t", "t", f"dead|after job {parse} died", "2"]
+    assert [one(db, "SELECT state FROM alk.get_job('pipeline', %s)", i) for i in (parse, index)] == ["pending"] * 2
+
+    with Alk(dsn) as alk:
+        queue = alk.queue("pipeline2")
+        first = queue.enqueue({"step": "fetch"})
+        second = queue.enqueue({"step": "parse"}, after=[first])
+        third = queue.enqueue({"step": "index"}, after=[second])
+        claimed = queue.claim_batch("worker-1", 10)
+        got = queue.get_job(second)
+        assert got is not None
+        python_says = [[c.payload for c in claimed], got.state, claimed[0].ack()]
+        again = queue.claim_batch("worker-1", 10)
+        python_says += [[c.id for c in again] == [second], again[0].fail("bad page")]
+        dead = queue.get_job(third)
+        assert dead is not None
+        python_says += [f"{dead.state}|{dead.last_error}", queue.requeue_dead([second])]
+    assert python_says == [[{"step": "fetch"}], "pending", True, True, True, f"dead|after job {second} died", 2]
