@@ -41,12 +41,13 @@ ENQUEUE_OPTIONS = """
 
 _ENQUEUE = (
     "SELECT alk.enqueue(queue => %(queue)s, payload => %(payload)s::jsonb, dedup_key => %(dedup_key)s::text,"
-    " headers => %(headers)s::jsonb," + ENQUEUE_OPTIONS
+    " headers => %(headers)s::jsonb, after => %(after)s::bigint[]," + ENQUEUE_OPTIONS
     + ")"
 )
 _ENQUEUE_BATCH = (
     "SELECT * FROM alk.enqueue_batch(queue => %(queue)s, payloads => %(payloads)s::jsonb[],"
-    " dedup_keys => %(dedup_keys)s::text[], headers => %(headers)s::jsonb," + ENQUEUE_OPTIONS + ")"
+    " dedup_keys => %(dedup_keys)s::text[], headers => %(headers)s::jsonb, after => %(after)s::bigint[],"
+    + ENQUEUE_OPTIONS + ")"
 )
 _CLAIM = "SELECT " + JOB_COLUMNS + " FROM alk.claim(%(queue)s, %(worker_id)s, %(n)s::bigint)"
 _GET_JOB = "SELECT " + JOB_COLUMNS + " FROM alk.get_job(%(queue)s, %(job_id)s::bigint)"
@@ -134,6 +135,12 @@ def _text_array(values: Sequence[str | None]) -> str:
     return "{" + ",".join(parts) + "}"
 
 
+def after_ids(after: Iterable[int] | None) -> list[int | None] | None:
+    """``after`` as bigint[] parameters: each id checked as a bigint (a None
+    goes through, for the server's LK002 that names it)."""
+    return None if after is None else [_codec.bigint(i, "after") for i in after]
+
+
 class AsyncQueue:
     """One queue, by name. Cheap to create: it holds no connection."""
 
@@ -156,6 +163,7 @@ class AsyncQueue:
         expires: int | timedelta | None = None,
         dedup_key: str | None = None,
         headers: dict[str, Any] | None = None,
+        after: Iterable[int] | None = None,
         conn: AsyncConnection | None = None,
     ) -> int:
         """Enqueue one job and return its id (``conn``: inside the caller's transaction).
@@ -163,11 +171,15 @@ class AsyncQueue:
         ``dedup_key``: while a live job of this queue holds it, nothing is
         written and that job's id is returned. ``headers``: a JSON object that
         travels with the job (trace context, correlation ids; ``Job.headers``).
+        ``after``: ids of jobs of this queue; the job is not claimed until none
+        of them exists any more (acked, cancelled) or is completed, and dies
+        when one of them dies (docs/queue.md "Dependencies").
         """
         params = enqueue_params(self.name, self.opts, delay, run_at, priority, max_attempts, expires)
         params["payload"] = _codec.payload(payload)
         params["dedup_key"] = None if dedup_key is None else _codec.text(dedup_key, "dedup_key")
         params["headers"] = None if headers is None else _codec.payload(headers, "headers")
+        params["after"] = after_ids(after)
         return int(await self.executor.value(_ENQUEUE, params, conn=conn, transactional=True))
 
     async def enqueue_batch(
@@ -181,13 +193,15 @@ class AsyncQueue:
         expires: int | timedelta | None = None,
         dedup_keys: Iterable[str | None] | None = None,
         headers: dict[str, Any] | None = None,
+        after: Iterable[int] | None = None,
         conn: AsyncConnection | None = None,
     ) -> list[int]:
         """Enqueue many jobs in one round trip; their ids in input order.
 
         ``dedup_keys`` (aligned with ``payloads``): a held key, or one repeated
         earlier in the batch, returns the holder's id. ``headers``: one JSON
-        object for every job of the batch, as every other option.
+        object for every job of the batch, as every other option; so is
+        ``after``: every job of the batch waits for all of its ids.
         """
         params = enqueue_params(self.name, self.opts, delay, run_at, priority, max_attempts, expires)
         params["payloads"] = _codec.payloads(payloads)
@@ -196,6 +210,7 @@ class AsyncQueue:
             else [None if k is None else _codec.text(k, "dedup_keys") for k in dedup_keys]
         )
         params["headers"] = None if headers is None else _codec.payload(headers, "headers")
+        params["after"] = after_ids(after)
         rows = await self.executor.rows(_ENQUEUE_BATCH, params, conn=conn, transactional=True)
         return [row[0] for row in rows]
 

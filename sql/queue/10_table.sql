@@ -84,6 +84,13 @@ CREATE TABLE alk.jobs (
     -- What the ack stored, and when: completed rows only (queue_settings).
     result jsonb,
     completed_at bigint,
+    -- Dependencies (alk.enqueue's after; 0028): how many listed jobs this one
+    -- still waits for (its rows in alk.job_after). Only a job at 0 is in
+    -- jobs_claim_pending, so waiting jobs cost a claim nothing.
+    after_left bigint NOT NULL DEFAULT 0,
+    -- Some job was enqueued after this one: its ack, cancel, completion or
+    -- death looks in alk.job_after (alk._after_sync); unset, it never does.
+    awaited boolean NOT NULL DEFAULT false,
     -- The key holds the queue so the table can be hash-distributed by queue;
     -- id leads it so ops by id (ack, retry, ...) are one probe of one index.
     CONSTRAINT jobs_pkey PRIMARY KEY (id, queue),
@@ -97,8 +104,13 @@ CREATE TABLE alk.jobs (
 COMMENT ON TABLE alk.jobs IS 'Every job of every queue. Private: use the alk.* functions.';
 
 -- The claim path: due pending jobs in claim order. Partial, so processing
--- and dead rows never cost a claim anything.
-CREATE INDEX jobs_claim_pending ON alk.jobs (queue, priority DESC, run_at, id) WHERE state = 'pending';
+-- and dead rows, and pending jobs still waiting on their after jobs, never
+-- cost a claim anything.
+CREATE INDEX jobs_claim_pending ON alk.jobs (queue, priority DESC, run_at, id)
+    WHERE state = 'pending' AND after_left = 0;
+-- Pending jobs waiting on their after jobs (0028): queue_stats counts them
+-- as scheduled; empty unless dependencies are used.
+CREATE INDEX jobs_after_waiting ON alk.jobs (queue, run_at) WHERE state = 'pending' AND after_left > 0;
 -- Lapsed leases (crashed workers) are found by their deadline.
 CREATE INDEX jobs_claim_lapsed ON alk.jobs (queue, claim_expires_at) WHERE state = 'processing';
 -- Expiry and retention sweeps.
@@ -135,6 +147,22 @@ CREATE TABLE alk.queue_settings (
 );
 COMMENT ON TABLE alk.queue_settings IS
 'Per-queue settings that differ from the defaults (completed-job retention). Private: use alk.set_queue_retention.';
+
+-- Dependencies (alk.enqueue's after; 0028): one row per waiting job and job
+-- it waits for, in the same queue. A row goes when the job waited for is
+-- acked, cancelled, completed or purged (alk._after_sync), and stays while
+-- it is dead, so requeue_dead brings the waiting job back still waiting.
+-- Empty unless dependencies are used: every probe of it is then one index
+-- probe of an empty table.
+CREATE TABLE alk.job_after (
+    -- The job waited for.
+    after_id bigint NOT NULL,
+    -- The waiting job.
+    job_id bigint NOT NULL,
+    queue text NOT NULL,
+    CONSTRAINT job_after_pkey PRIMARY KEY (after_id, job_id)
+);
+COMMENT ON TABLE alk.job_after IS 'Which job waits for which (alk.enqueue''s after). Private: use alk.enqueue.';
 
 -- Workers waiting idle for a queue (alk.wait_for_jobs). Unlogged: an advert
 -- lives no longer than the connection that LISTENs, and a crash loses both.

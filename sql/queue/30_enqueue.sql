@@ -4,7 +4,7 @@
 -- After wake-ups (the function bodies' "wake-ups section above" is
 -- 20_wake.sql); the outbox and the scheduler call alk._enqueue too. Landed in
 -- 0002_queue.sql; changed by 0009 (dedup keys, alk._enqueue_one), 0017, 0021,
--- 0026 (headers).
+-- 0026 (headers), 0028 (after: 35_after.sql).
 
 -- enqueue -------------------------------------------------------------------
 
@@ -100,7 +100,9 @@ CREATE FUNCTION alk._enqueue_one(
     p_backoff_base_s bigint,
     p_dead_letter_retention_s bigint,
     p_dedup_key text,
-    p_headers jsonb DEFAULT NULL
+    p_headers jsonb DEFAULT NULL,
+    -- alk.enqueue's after (35_after.sql); NULL: waits for nothing.
+    p_after bigint[] DEFAULT NULL
 )
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE
@@ -114,6 +116,9 @@ BEGIN
     END IF;
     IF p_headers IS NOT NULL AND pg_catalog.jsonb_typeof(p_headers) <> 'object' THEN
         PERFORM alk._check_headers(p_headers);
+    END IF;
+    IF p_after IS NOT NULL THEN
+        PERFORM alk._after_check(p_queue, p_after);
     END IF;
     IF p_dedup_key IS NULL THEN
         INSERT INTO alk.jobs (queue, payload, priority, run_at, max_attempts, created_at, expires_at,
@@ -150,6 +155,10 @@ BEGIN
             END IF;
         END LOOP;
     END IF;
+    -- A new job only (a dedup hit returned above, its holder unchanged).
+    IF p_after IS NOT NULL THEN
+        PERFORM alk._after_link(p_queue, ARRAY[v_id], p_after);
+    END IF;
     -- alk._wake's check, written out here: the hot path pays no call frame
     -- for it (the protocol in the wake-ups section above). A later statement
     -- than the insert: a fresh snapshot under READ COMMITTED. The EXISTS
@@ -169,7 +178,7 @@ BEGIN
     RETURN v_id;
 END
 $$;
-COMMENT ON FUNCTION alk._enqueue_one(text, jsonb, bigint, bigint, bigint, bigint, bigint, bigint, bigint, bigint, bigint, text, jsonb) IS
+COMMENT ON FUNCTION alk._enqueue_one(text, jsonb, bigint, bigint, bigint, bigint, bigint, bigint, bigint, bigint, bigint, text, jsonb, bigint[]) IS
 'internal: insert one job with resolved stamps (or return the live holder of its dedup key) and wake idle workers';
 
 CREATE FUNCTION alk.enqueue(
@@ -184,22 +193,28 @@ CREATE FUNCTION alk.enqueue(
     backoff_base_s bigint DEFAULT 5,
     dead_letter_retention_s bigint DEFAULT NULL,
     dedup_key text DEFAULT NULL,
-    headers jsonb DEFAULT NULL
+    headers jsonb DEFAULT NULL,
+    after bigint[] DEFAULT NULL
 )
 RETURNS bigint
 LANGUAGE sql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT alk._enqueue_one(alk._name_ok('queue', $1, false), $2, alk.now(), $3, $4, coalesce($5, 0),
-                            coalesce($6, 3), $7, coalesce($8, 300), coalesce($9, 5), $10, $11, $12)
+                            coalesce($6, 3), $7, coalesce($8, 300), coalesce($9, 5), $10, $11, $12, $13)
 $$;
-COMMENT ON FUNCTION alk.enqueue(text, jsonb, bigint, bigint, bigint, bigint, bigint, bigint, bigint, bigint, text, jsonb) IS
+COMMENT ON FUNCTION alk.enqueue(text, jsonb, bigint, bigint, bigint, bigint, bigint, bigint, bigint, bigint, text, jsonb, bigint[]) IS
 'Enqueue one job; returns its id. Ready time: delay (seconds from now) wins over run_at (absolute unix seconds); '
 'neither means now. expires is a TTL in seconds from now. Stamps default to 300 s visibility, 3 attempts, 5 s backoff base, '
 'dead rows kept forever. dedup_key: while a live (pending or processing) job of this queue holds the key, nothing is '
 'written and that job''s id is returned; NULL: no dedup. headers: a JSON object that travels with the job (trace '
 'context, correlation ids; get_job and claim return it), or NULL; anything else is LK002. '
-'Example: SELECT alk.enqueue(queue => ''emails'', payload => ''{"to": 1}'', delay => 30, dedup_key => ''welcome:1'');';
+'after: ids of jobs of this queue; the job stays pending but is not claimed until none of them exists any more '
+'(acked, cancelled or purged) or is completed; ids that no longer exist count as done; an id of another queue or a '
+'NULL entry is LK002. When a listed job dies the job dies too (last_error ''after job <id> died''), and '
+'requeue_dead of that job brings it back, waiting again. A dedup hit ignores after. '
+'Example: SELECT alk.enqueue(queue => ''emails'', payload => ''{"to": 1}'', delay => 30, dedup_key => ''welcome:1''); '
+'SELECT alk.enqueue(''emails'', ''{"step": 2}'', after => ARRAY[41]);';
 
 CREATE FUNCTION alk.enqueue_batch(
     queue text,
@@ -213,7 +228,8 @@ CREATE FUNCTION alk.enqueue_batch(
     backoff_base_s bigint DEFAULT 5,
     dead_letter_retention_s bigint DEFAULT NULL,
     dedup_keys text[] DEFAULT NULL,
-    headers jsonb DEFAULT NULL
+    headers jsonb DEFAULT NULL,
+    after bigint[] DEFAULT NULL
 )
 RETURNS SETOF bigint
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
@@ -222,7 +238,19 @@ AS $$
 DECLARE
     clock bigint := alk.now();
     q text := alk._name_ok('queue', enqueue_batch.queue, false);
+    ids bigint[];
 BEGIN
+    IF dedup_keys IS NULL AND enqueue_batch.after IS NOT NULL THEN
+        -- One after list for the whole batch: every job waits for all of it.
+        PERFORM alk._after_check(q, enqueue_batch.after);
+        ids := ARRAY(SELECT * FROM alk._enqueue(q, payloads, clock,
+            delay, enqueue_batch.run_at, enqueue_batch.priority, enqueue_batch.max_attempts,
+            expires, enqueue_batch.visibility_timeout_s, enqueue_batch.backoff_base_s,
+            enqueue_batch.dead_letter_retention_s, 300, 3, 5, enqueue_batch.headers));
+        PERFORM alk._after_link(q, ids, enqueue_batch.after);
+        RETURN QUERY SELECT * FROM unnest(ids);
+        RETURN;
+    END IF;
     IF dedup_keys IS NULL THEN
         RETURN QUERY SELECT * FROM alk._enqueue(q, payloads, clock,
             delay, enqueue_batch.run_at, enqueue_batch.priority, enqueue_batch.max_attempts,
@@ -241,13 +269,14 @@ BEGIN
         RETURN NEXT alk._enqueue_one(q, payloads[i], clock, delay, enqueue_batch.run_at,
             coalesce(enqueue_batch.priority, 0), coalesce(enqueue_batch.max_attempts, 3), expires,
             coalesce(enqueue_batch.visibility_timeout_s, 300), coalesce(enqueue_batch.backoff_base_s, 5),
-            enqueue_batch.dead_letter_retention_s, dedup_keys[i], enqueue_batch.headers);
+            enqueue_batch.dead_letter_retention_s, dedup_keys[i], enqueue_batch.headers, enqueue_batch.after);
     END LOOP;
 END
 $$;
-COMMENT ON FUNCTION alk.enqueue_batch(text, jsonb[], bigint, bigint, bigint, bigint, bigint, bigint, bigint, bigint, text[], jsonb) IS
+COMMENT ON FUNCTION alk.enqueue_batch(text, jsonb[], bigint, bigint, bigint, bigint, bigint, bigint, bigint, bigint, text[], jsonb, bigint[]) IS
 'Enqueue several jobs in one call with the same options; returns their ids in input order. dedup_keys, when given, '
 'holds one key (or NULL) per payload, with alk.enqueue''s rule: a key held by a live job, or by an earlier payload of '
 'the same batch, writes nothing and returns the holder''s id. headers, like every other option, is one value for '
-'the whole batch (a JSON object or NULL, else LK002): the trace context of the call that enqueued it. '
+'the whole batch (a JSON object or NULL, else LK002): the trace context of the call that enqueued it. after too is '
+'one list for the whole batch: every job of it waits for all of them (alk.enqueue''s rule). '
 'Example: SELECT * FROM alk.enqueue_batch(''emails'', ARRAY[''{"to": 1}'', ''{"to": 2}'']::jsonb[], priority => 5);';

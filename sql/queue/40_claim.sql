@@ -4,7 +4,8 @@
 --
 -- Before settle, whose alk.settle_and_claim calls alk._claim. Landed in
 -- 0002_queue.sql (claim) and 0007_worker.sql (next_claim_at); changed by 0009,
--- 0016 and 0026 (alk.job's new columns).
+-- 0016, 0026 (alk.job's new columns) and 0028 (after: a waiting job is not in
+-- jobs_claim_pending, whose predicate every pending read below repeats).
 
 -- claim ---------------------------------------------------------------------
 
@@ -27,6 +28,7 @@ DECLARE
     live bigint[];
     dead bigint[];
     claimed bigint;
+    awaited bigint[];
 BEGIN
     -- An extent: n <= 0 (or NULL) claims nothing.
     IF wanted IS NULL OR wanted <= 0 THEN
@@ -47,11 +49,11 @@ BEGIN
         -- is rare, costs a statement only when it happens.
         WITH RECURSIVE priorities(priority) AS (
             (SELECT j.priority FROM alk.jobs j
-              WHERE j.queue = _claim.queue AND j.state = 'pending'
+              WHERE j.queue = _claim.queue AND j.state = 'pending' AND j.after_left = 0
               ORDER BY j.priority DESC LIMIT 1)
             UNION ALL
             SELECT (SELECT j.priority FROM alk.jobs j
-                     WHERE j.queue = _claim.queue AND j.state = 'pending' AND j.priority < p.priority
+                     WHERE j.queue = _claim.queue AND j.state = 'pending' AND j.after_left = 0 AND j.priority < p.priority
                      ORDER BY j.priority DESC LIMIT 1)
               FROM priorities p WHERE p.priority IS NOT NULL
         ), due AS (
@@ -62,7 +64,7 @@ BEGIN
                        (j.attempts - j.attempts_refunded >= j.max_attempts
                         OR coalesce(j.expires_at <= clock, false)) AS dead
                   FROM alk.jobs j
-                 WHERE j.queue = _claim.queue AND j.state = 'pending'
+                 WHERE j.queue = _claim.queue AND j.state = 'pending' AND j.after_left = 0
                    AND j.priority = p.priority AND j.run_at <= clock
                  ORDER BY j.priority DESC, j.run_at, j.id
                  LIMIT wanted
@@ -89,12 +91,20 @@ BEGIN
          WHERE NOT EXISTS (SELECT FROM alk.paused_queues p WHERE p.queue = _claim.queue);
 
         IF dead IS NOT NULL THEN
-            UPDATE alk.jobs j
-               SET state = 'dead', died_at = clock,
-                   purge_at = alk._purge_at(clock, j.dead_letter_retention_s),
-                   last_error = CASE WHEN j.attempts - j.attempts_refunded >= j.max_attempts
-                                     THEN 'max attempts exceeded' ELSE 'expired' END
-             WHERE j.id = ANY (dead) AND j.queue = _claim.queue;
+            WITH buried AS (
+                UPDATE alk.jobs j
+                   SET state = 'dead', died_at = clock,
+                       purge_at = alk._purge_at(clock, j.dead_letter_retention_s),
+                       last_error = CASE WHEN j.attempts - j.attempts_refunded >= j.max_attempts
+                                         THEN 'max attempts exceeded' ELSE 'expired' END
+                 WHERE j.id = ANY (dead) AND j.queue = _claim.queue
+                RETURNING j.id, j.awaited
+            )
+            SELECT array_agg(b.id) FILTER (WHERE b.awaited) INTO awaited FROM buried b;
+            -- Jobs enqueued after these die with them (35_after.sql).
+            IF awaited IS NOT NULL THEN
+                PERFORM alk._after_sync(awaited);
+            END IF;
         END IF;
 
         IF live IS NOT NULL THEN
@@ -164,16 +174,16 @@ BEGIN
     -- per distinct priority, not one per row.
     WITH RECURSIVE priorities(priority) AS (
         (SELECT j.priority FROM alk.jobs j
-          WHERE j.queue = next_claim_at.queue AND j.state = 'pending'
+          WHERE j.queue = next_claim_at.queue AND j.state = 'pending' AND j.after_left = 0
           ORDER BY j.priority DESC LIMIT 1)
         UNION ALL
         SELECT (SELECT j.priority FROM alk.jobs j
-                 WHERE j.queue = next_claim_at.queue AND j.state = 'pending' AND j.priority < p.priority
+                 WHERE j.queue = next_claim_at.queue AND j.state = 'pending' AND j.after_left = 0 AND j.priority < p.priority
                  ORDER BY j.priority DESC LIMIT 1)
           FROM priorities p WHERE p.priority IS NOT NULL
     )
     SELECT min((SELECT j.run_at FROM alk.jobs j
-                 WHERE j.queue = next_claim_at.queue AND j.state = 'pending' AND j.priority = p.priority
+                 WHERE j.queue = next_claim_at.queue AND j.state = 'pending' AND j.after_left = 0 AND j.priority = p.priority
                  ORDER BY j.priority DESC, j.run_at LIMIT 1))
       INTO first_run_at
       FROM priorities p WHERE p.priority IS NOT NULL;

@@ -7,7 +7,8 @@
 -- itself in alk.queue_counts (80_throughput.sql; the bodies reach it at run
 -- time only). Landed in 0002_queue.sql; 0009 added alk._settle, settle,
 -- release_jobs and settle_and_claim; changed by 0015, 0019, 0020, 0022, 0023;
--- 0025 added snooze; 0026 completed jobs and results (alk._complete).
+-- 0025 added snooze; 0026 completed jobs and results (alk._complete); 0028
+-- settling an awaited job releases or buries its waiters (alk._after_sync).
 
 -- operations on a claimed job -----------------------------------------------
 
@@ -33,6 +34,7 @@ AS $$
 #variable_conflict use_column
 DECLARE
     completed bigint[];
+    awaited bigint[];
 BEGIN
     WITH first AS (
         SELECT DISTINCT ON (i.id) i.id, i.attempt, i.outcome, i.result
@@ -48,14 +50,18 @@ BEGIN
          WHERE coalesce(f.outcome, 'ack') = 'ack' AND j.id = ANY (_complete.job_ids) AND j.id = f.id
            AND (_complete.queue IS NULL OR j.queue = _complete.queue) AND s.queue = j.queue
            AND alk._holds(j, _complete.wid, f.attempt, _complete.clock)
-        RETURNING j.id, j.queue
+        RETURNING j.id, j.queue, j.awaited
     ), counted AS (
         INSERT INTO alk.queue_counts AS c (queue, minute, backend, acked)
         SELECT k.queue, _complete.clock / 60 * 60, pg_catalog.pg_backend_pid(), count(*) FROM kept k GROUP BY k.queue
         ON CONFLICT ON CONSTRAINT queue_counts_pkey DO UPDATE SET acked = c.acked + excluded.acked
         RETURNING c.queue
     )
-    SELECT array_agg(k.id) INTO completed FROM kept k;
+    SELECT array_agg(k.id), array_agg(k.id) FILTER (WHERE k.awaited) INTO completed, awaited FROM kept k;
+    -- A completed job is done for the jobs enqueued after it (35_after.sql).
+    IF awaited IS NOT NULL THEN
+        PERFORM alk._after_sync(awaited);
+    END IF;
     RETURN completed;
 END
 $$;
@@ -164,6 +170,12 @@ BEGIN
           LEFT JOIN first f ON f.ord = i.ord
           LEFT JOIN acked a ON a.id = f.id
          ORDER BY i.ord;
+        -- Jobs enqueued after these (35_after.sql): RETURN QUERY keeps no
+        -- awaited flag, so one probe of alk.job_after, empty unless
+        -- dependencies are used, in a later statement than the settlement.
+        IF EXISTS (SELECT FROM alk.job_after e WHERE e.after_id = ANY (_settle.job_ids)) THEN
+            PERFORM alk._after_sync(_settle.job_ids);
+        END IF;
         RETURN;
     END IF;
     RETURN QUERY
@@ -223,6 +235,10 @@ BEGIN
       LEFT JOIN first f ON f.ord = i.ord
       LEFT JOIN done d ON d.id = f.id
      ORDER BY i.ord;
+    -- Acked or dead: the jobs enqueued after them are released or buried.
+    IF EXISTS (SELECT FROM alk.job_after e WHERE e.after_id = ANY (_settle.job_ids)) THEN
+        PERFORM alk._after_sync(_settle.job_ids);
+    END IF;
 END
 $$;
 COMMENT ON FUNCTION alk._settle(text, text, bigint[], bigint[], text[], text[], bigint[], jsonb[]) IS
@@ -249,6 +265,7 @@ DECLARE
     wid text := alk._name_ok('worker_id', ack.worker_id, true);
     this_minute bigint := clock / 60 * 60;
     done boolean;
+    awaited boolean;
 BEGIN
     IF EXISTS (SELECT FROM alk.queue_settings s WHERE ack.queue IS NULL OR s.queue = ack.queue) THEN
         IF alk._complete(ack.queue, wid, clock, ARRAY[ack.job_id], ARRAY[ack.attempt], NULL, ARRAY[ack.result])
@@ -260,14 +277,18 @@ BEGIN
         DELETE FROM alk.jobs j
          WHERE j.id = ack.job_id AND (ack.queue IS NULL OR j.queue = ack.queue)
            AND alk._holds(j, wid, ack.attempt, clock)
-        RETURNING j.queue
+        RETURNING j.queue, j.awaited
     ), counted AS (
         INSERT INTO alk.queue_counts AS c (queue, minute, backend, acked)
         SELECT a.queue, this_minute, pg_catalog.pg_backend_pid(), 1 FROM acked a
         ON CONFLICT ON CONSTRAINT queue_counts_pkey DO UPDATE SET acked = c.acked + excluded.acked
         RETURNING c.queue
     )
-    SELECT true INTO done FROM counted;
+    SELECT true, (SELECT a.awaited FROM acked a) INTO done, awaited FROM counted;
+    -- Jobs enqueued after this one may run now (35_after.sql).
+    IF awaited THEN
+        PERFORM alk._after_sync(ARRAY[ack.job_id]);
+    END IF;
     RETURN done IS NOT NULL;
 END
 $$;
@@ -293,6 +314,7 @@ DECLARE
     this_minute bigint := clock / 60 * 60;
     n_acked bigint;
     n_kept bigint := 0;
+    awaited bigint[];
 BEGIN
     IF ack_batch.attempts IS NOT NULL AND cardinality(ack_batch.attempts) <> coalesce(cardinality(ack_batch.job_ids), 0) THEN
         -- _settle raises the LK002 that names the arrays.
@@ -312,14 +334,18 @@ BEGIN
          WHERE j.id = ANY (ack_batch.job_ids) AND j.id = f.id
            AND (ack_batch.queue IS NULL OR j.queue = ack_batch.queue)
            AND alk._holds(j, wid, f.attempt, clock)
-        RETURNING j.queue
+        RETURNING j.id, j.queue, j.awaited
     ), counted AS (
         INSERT INTO alk.queue_counts AS c (queue, minute, backend, acked)
         SELECT a.queue, this_minute, pg_catalog.pg_backend_pid(), count(*) FROM acked a GROUP BY a.queue
         ON CONFLICT ON CONSTRAINT queue_counts_pkey DO UPDATE SET acked = c.acked + excluded.acked
         RETURNING c.queue
     )
-    SELECT count(*) INTO n_acked FROM acked;
+    SELECT count(*), array_agg(a.id) FILTER (WHERE a.awaited) INTO n_acked, awaited FROM acked a;
+    -- Jobs enqueued after these may run now (35_after.sql).
+    IF awaited IS NOT NULL THEN
+        PERFORM alk._after_sync(awaited);
+    END IF;
     RETURN n_acked + n_kept;
 END
 $$;

@@ -6,7 +6,9 @@
 -- or an operator's, and reuse its rules (alk._wake, alk._purge_at). Landed in
 -- 0002_queue.sql (by id, sweep) and 0007_worker.sql (requeue_dead); 0009 added
 -- pause and resume, 0026 completed jobs and their retention, 0027 the cancel
--- notice to a processing job's holder.
+-- notice to a processing job's holder, 0028 dependencies (35_after.sql): a
+-- cancelled or purged job releases, an expired one buries, a requeued one
+-- revives the jobs enqueued after it.
 
 -- operations by id --------------------------------------------------------
 
@@ -18,12 +20,18 @@ AS $$
 DECLARE
     was text;
     holder text;
+    awaited boolean;
 BEGIN
     PERFORM alk._check_name('queue', cancel.queue);
     DELETE FROM alk.jobs j WHERE j.queue = cancel.queue AND j.id = job_id AND j.state IN ('pending', 'processing')
-    RETURNING j.state, j.worker_id INTO was, holder;
+    RETURNING j.state, j.worker_id, j.awaited INTO was, holder, awaited;
     IF was IS NULL THEN
         RETURN false;
+    END IF;
+    -- A cancelled job no longer exists: the jobs enqueued after it are
+    -- released, as by an ack (docs/queue.md "Dependencies").
+    IF awaited THEN
+        PERFORM alk._after_sync(ARRAY[job_id]);
     END IF;
     -- A processing job's holder learns at commit on its control channel
     -- (sql/workers.sql), so its handler stops instead of running to a refused
@@ -38,6 +46,7 @@ COMMENT ON FUNCTION alk.cancel(text, bigint) IS
 'Delete a pending or processing job whatever its lease; true if a row went. Dead and completed jobs stay for '
 'inspection (false). A processing job''s holder is told at commit: ''cancel <job_id>'' on its control channel '
 '(alk.worker_register), so its handler is cancelled; its later ack, nack or settle is refused as for any lost job. '
+'Jobs enqueued after it (alk.enqueue''s after) no longer wait for it, as after an ack. '
 'Example: SELECT alk.cancel(''emails'', 42);';
 
 CREATE FUNCTION alk._get_job(queue text, job_id bigint)
@@ -80,22 +89,35 @@ DECLARE
     expired bigint;
     purged bigint;
     completed bigint;
+    awaited bigint[];
+    gone bigint[];
 BEGIN
     -- Waiting rows past expiry, and processing rows past expiry whose lease
     -- lapsed; a row with a valid lease is left to its owner.
-    UPDATE alk.jobs j
-       SET state = 'dead', last_error = 'expired', died_at = clock,
-           purge_at = alk._purge_at(clock, j.dead_letter_retention_s)
-     WHERE j.queue = _sweep_expired.queue
-       AND j.expires_at IS NOT NULL AND j.expires_at <= clock
-       AND (j.state = 'pending' OR (j.state = 'processing' AND j.claim_expires_at < clock));
-    GET DIAGNOSTICS expired = ROW_COUNT;
+    WITH swept AS (
+        UPDATE alk.jobs j
+           SET state = 'dead', last_error = 'expired', died_at = clock,
+               purge_at = alk._purge_at(clock, j.dead_letter_retention_s)
+         WHERE j.queue = _sweep_expired.queue
+           AND j.expires_at IS NOT NULL AND j.expires_at <= clock
+           AND (j.state = 'pending' OR (j.state = 'processing' AND j.claim_expires_at < clock))
+        RETURNING j.id, j.awaited
+    )
+    SELECT count(*), array_agg(w.id) FILTER (WHERE w.awaited) INTO expired, awaited FROM swept w;
     -- Dead rows past their retention.
-    DELETE FROM alk.jobs j
-     WHERE j.queue = _sweep_expired.queue
-       AND j.state = 'dead'
-       AND j.purge_at <= clock;
-    GET DIAGNOSTICS purged = ROW_COUNT;
+    WITH purged_rows AS (
+        DELETE FROM alk.jobs j
+         WHERE j.queue = _sweep_expired.queue
+           AND j.state = 'dead'
+           AND j.purge_at <= clock
+        RETURNING j.id, j.awaited
+    )
+    SELECT count(*), array_agg(d.id) FILTER (WHERE d.awaited) INTO purged, gone FROM purged_rows d;
+    -- Expired: the jobs enqueued after them die too; purged: they no longer
+    -- wait for them (35_after.sql). One call: it reads what each became.
+    IF awaited IS NOT NULL OR gone IS NOT NULL THEN
+        PERFORM alk._after_sync(coalesce(awaited, '{}') || coalesce(gone, '{}'));
+    END IF;
     -- Completed rows past theirs (jobs_completed, as jobs_dead above).
     DELETE FROM alk.jobs j
      WHERE j.queue = _sweep_expired.queue
@@ -132,6 +154,7 @@ AS $$
 DECLARE
     clock bigint := alk.now();
     moved bigint;
+    awaited bigint[];
 BEGIN
     PERFORM alk._check_name('queue', requeue_dead.queue);
     -- A fresh life: pending and due now, every attempt spent so far refunded
@@ -144,31 +167,42 @@ BEGIN
     -- index (jobs_dead for a whole queue, jobs_pkey for given ids) in a
     -- generic plan.
     IF job_ids IS NULL THEN
-        UPDATE alk.jobs j
-           SET state = 'pending', run_at = clock, attempts_refunded = j.attempts,
-               worker_id = NULL, claimed_at = NULL, claim_expires_at = NULL,
-               last_error = NULL, died_at = NULL, purge_at = NULL,
-               expires_at = alk._sat_add(clock, alk._sat_sub(j.expires_at, j.created_at))
-         WHERE j.queue = requeue_dead.queue AND j.state = 'dead'
-           AND (j.dedup_key IS NULL OR (
-                NOT EXISTS (SELECT FROM alk.jobs h WHERE h.queue = j.queue AND h.dedup_key = j.dedup_key
-                                                     AND h.state IN ('pending', 'processing'))
-                AND j.id = (SELECT min(d.id) FROM alk.jobs d WHERE d.queue = j.queue AND d.dedup_key = j.dedup_key
-                                                              AND d.state = 'dead')));
+        WITH requeued AS (
+            UPDATE alk.jobs j
+               SET state = 'pending', run_at = clock, attempts_refunded = j.attempts,
+                   worker_id = NULL, claimed_at = NULL, claim_expires_at = NULL,
+                   last_error = NULL, died_at = NULL, purge_at = NULL,
+                   expires_at = alk._sat_add(clock, alk._sat_sub(j.expires_at, j.created_at))
+             WHERE j.queue = requeue_dead.queue AND j.state = 'dead'
+               AND (j.dedup_key IS NULL OR (
+                    NOT EXISTS (SELECT FROM alk.jobs h WHERE h.queue = j.queue AND h.dedup_key = j.dedup_key
+                                                         AND h.state IN ('pending', 'processing'))
+                    AND j.id = (SELECT min(d.id) FROM alk.jobs d WHERE d.queue = j.queue AND d.dedup_key = j.dedup_key
+                                                                  AND d.state = 'dead')))
+            RETURNING j.id, j.awaited
+        )
+        SELECT count(*), array_agg(m.id) FILTER (WHERE m.awaited) INTO moved, awaited FROM requeued m;
     ELSE
-        UPDATE alk.jobs j
-           SET state = 'pending', run_at = clock, attempts_refunded = j.attempts,
-               worker_id = NULL, claimed_at = NULL, claim_expires_at = NULL,
-               last_error = NULL, died_at = NULL, purge_at = NULL,
-               expires_at = alk._sat_add(clock, alk._sat_sub(j.expires_at, j.created_at))
-         WHERE j.queue = requeue_dead.queue AND j.state = 'dead' AND j.id = ANY (job_ids)
-           AND (j.dedup_key IS NULL OR (
-                NOT EXISTS (SELECT FROM alk.jobs h WHERE h.queue = j.queue AND h.dedup_key = j.dedup_key
-                                                     AND h.state IN ('pending', 'processing'))
-                AND j.id = (SELECT min(d.id) FROM alk.jobs d WHERE d.queue = j.queue AND d.dedup_key = j.dedup_key
-                                                              AND d.state = 'dead' AND d.id = ANY (job_ids))));
+        WITH requeued AS (
+            UPDATE alk.jobs j
+               SET state = 'pending', run_at = clock, attempts_refunded = j.attempts,
+                   worker_id = NULL, claimed_at = NULL, claim_expires_at = NULL,
+                   last_error = NULL, died_at = NULL, purge_at = NULL,
+                   expires_at = alk._sat_add(clock, alk._sat_sub(j.expires_at, j.created_at))
+             WHERE j.queue = requeue_dead.queue AND j.state = 'dead' AND j.id = ANY (job_ids)
+               AND (j.dedup_key IS NULL OR (
+                    NOT EXISTS (SELECT FROM alk.jobs h WHERE h.queue = j.queue AND h.dedup_key = j.dedup_key
+                                                         AND h.state IN ('pending', 'processing'))
+                    AND j.id = (SELECT min(d.id) FROM alk.jobs d WHERE d.queue = j.queue AND d.dedup_key = j.dedup_key
+                                                                  AND d.state = 'dead' AND d.id = ANY (job_ids))))
+            RETURNING j.id, j.awaited
+        )
+        SELECT count(*), array_agg(m.id) FILTER (WHERE m.awaited) INTO moved, awaited FROM requeued m;
     END IF;
-    GET DIAGNOSTICS moved = ROW_COUNT;
+    -- The jobs enqueued after these come back too, waiting (35_after.sql).
+    IF awaited IS NOT NULL THEN
+        moved := moved + alk._after_revive(requeue_dead.queue, awaited);
+    END IF;
     IF moved > 0 THEN
         PERFORM alk._wake(requeue_dead.queue);
     END IF;
@@ -180,7 +214,8 @@ COMMENT ON FUNCTION alk.requeue_dead(text, bigint[]) IS
 'so the job has max_attempts again and no earlier fencing token becomes valid), no worker and no last_error; every '
 'dead job of the queue when job_ids is NULL, else those of job_ids that are dead in this queue (others are ignored). '
 'A dead job whose dedup_key a live job holds stays dead (of several with one key, the first moves). An expiring job '
-'gets its TTL again from now. Returns how many moved; idle workers are woken. '
+'gets its TTL again from now. Dead jobs enqueued after a moved job (alk.enqueue''s after, transitively) move too and '
+'wait for it again. Returns how many moved; idle workers are woken. '
 'Example: SELECT alk.requeue_dead(''emails''); SELECT alk.requeue_dead(''emails'', ARRAY[41, 42]);';
 
 -- completed-job retention ---------------------------------------------------

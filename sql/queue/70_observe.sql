@@ -3,7 +3,8 @@
 --
 -- After everything that writes jobs; nothing before calls them. Landed in
 -- 0007_worker.sql (queue_stats, list_jobs) and 0011_observe.sql (browse_jobs);
--- queue_stats changed by 0009, 0012, 0014, 0018 and 0026 (completed jobs).
+-- queue_stats changed by 0009, 0012, 0014, 0018, 0026 (completed jobs) and
+-- 0028 (jobs waiting on their after jobs count as scheduled).
 
 -- queue_stats ---------------------------------------------------------------
 
@@ -38,10 +39,15 @@ BEGIN
     CASE kind
     WHEN 'ready' THEN
         EXECUTE 'EXPLAIN (FORMAT JSON) SELECT FROM alk.jobs j '
-                'WHERE j.queue = $1 AND j.state = ''pending'' AND j.run_at <= $2' INTO plan USING queue, clock;
+                'WHERE j.queue = $1 AND j.state = ''pending'' AND j.after_left = 0 AND j.run_at <= $2'
+           INTO plan USING queue, clock;
     WHEN 'scheduled' THEN
         EXECUTE 'EXPLAIN (FORMAT JSON) SELECT FROM alk.jobs j '
-                'WHERE j.queue = $1 AND j.state = ''pending'' AND j.run_at > $2' INTO plan USING queue, clock;
+                'WHERE j.queue = $1 AND j.state = ''pending'' AND j.after_left = 0 AND j.run_at > $2'
+           INTO plan USING queue, clock;
+    WHEN 'waiting' THEN
+        EXECUTE 'EXPLAIN (FORMAT JSON) SELECT FROM alk.jobs j '
+                'WHERE j.queue = $1 AND j.state = ''pending'' AND j.after_left > 0' INTO plan USING queue;
     WHEN 'processing' THEN
         EXECUTE 'EXPLAIN (FORMAT JSON) SELECT FROM alk.jobs j '
                 'WHERE j.queue = $1 AND j.state = ''processing''' INTO plan USING queue;
@@ -60,8 +66,8 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION alk._estimate_jobs(text, text, bigint) IS
-'internal: the planner''s estimate of how many of a queue''s jobs are ready, scheduled, processing, lapsed, dead or '
-'completed '
+'internal: the planner''s estimate of how many of a queue''s jobs are ready, scheduled, waiting (on after jobs), '
+'processing, lapsed, dead or completed '
 '(alk.queue_stats past its exact_limit)';
 
 CREATE FUNCTION alk.queue_stats(queue text DEFAULT NULL, exact_limit bigint DEFAULT NULL)
@@ -87,9 +93,10 @@ BEGIN
     IF cap < 0 THEN
         PERFORM alk._raise('LK002', 'exact_limit must be >= 0 or NULL (every count exact), got ' || cap);
     END IF;
-    -- Every row is in exactly one of the four partial indexes (pending,
-    -- processing, dead, completed), and each leads with the queue: the queue
-    -- names come from a loose scan of the four (four probes per queue, whatever
+    -- Every row is in exactly one of the five partial indexes (pending,
+    -- waiting on after jobs, processing, dead, completed), and each leads with
+    -- the queue: the queue names come from a loose scan of the five (five
+    -- probes per queue, whatever
     -- the row count), and each count is an index-only scan of one queue's
     -- entries in one of them. Nothing reads the heap but for pages the
     -- visibility map does not yet know to be all-visible.
@@ -106,7 +113,10 @@ BEGIN
         SELECT coalesce(only_queue, '')
         UNION ALL
         SELECT least(
-            (SELECT j.queue FROM alk.jobs j WHERE j.state = 'pending' AND j.queue > n.name ORDER BY j.queue LIMIT 1),
+            (SELECT j.queue FROM alk.jobs j WHERE j.state = 'pending' AND j.after_left = 0 AND j.queue > n.name
+              ORDER BY j.queue LIMIT 1),
+            (SELECT j.queue FROM alk.jobs j WHERE j.state = 'pending' AND j.after_left > 0 AND j.queue > n.name
+              ORDER BY j.queue LIMIT 1),
             (SELECT j.queue FROM alk.jobs j WHERE j.state = 'processing' AND j.queue > n.name
               ORDER BY j.queue LIMIT 1),
             (SELECT j.queue FROM alk.jobs j WHERE j.state = 'dead' AND j.queue > n.name ORDER BY j.queue LIMIT 1),
@@ -118,9 +128,11 @@ BEGIN
     capped AS MATERIALIZED (
         SELECT n.name,
                (SELECT count(*) FROM (SELECT FROM alk.jobs j WHERE j.queue = n.name AND j.state = 'pending'
-                                         AND j.run_at <= clock LIMIT cap + 1) e) AS ready,
+                                         AND j.after_left = 0 AND j.run_at <= clock LIMIT cap + 1) e) AS ready,
                (SELECT count(*) FROM (SELECT FROM alk.jobs j WHERE j.queue = n.name AND j.state = 'pending'
-                                         AND j.run_at > clock LIMIT cap + 1) e) AS scheduled,
+                                         AND j.after_left = 0 AND j.run_at > clock LIMIT cap + 1) e) AS scheduled,
+               (SELECT count(*) FROM (SELECT FROM alk.jobs j WHERE j.queue = n.name AND j.state = 'pending'
+                                         AND j.after_left > 0 LIMIT cap + 1) e) AS waiting,
                (SELECT count(*) FROM (SELECT FROM alk.jobs j WHERE j.queue = n.name AND j.state = 'processing'
                                        LIMIT cap + 1) e) AS processing,
                (SELECT count(*) FROM (SELECT FROM alk.jobs j WHERE j.queue = n.name AND j.state = 'processing'
@@ -136,8 +148,11 @@ BEGIN
         SELECT c.name,
                CASE WHEN c.ready > cap THEN greatest(alk._estimate_jobs(c.name, 'ready', clock), cap + 1)
                     ELSE c.ready END AS ready,
+               -- Jobs waiting on their after jobs are pending and not due: scheduled.
                CASE WHEN c.scheduled > cap THEN greatest(alk._estimate_jobs(c.name, 'scheduled', clock), cap + 1)
-                    ELSE c.scheduled END AS scheduled,
+                    ELSE c.scheduled END
+               + CASE WHEN c.waiting > cap THEN greatest(alk._estimate_jobs(c.name, 'waiting', clock), cap + 1)
+                      ELSE c.waiting END AS scheduled,
                CASE WHEN c.processing > cap THEN greatest(alk._estimate_jobs(c.name, 'processing', clock), cap + 1)
                     ELSE c.processing END AS processing,
                CASE WHEN c.lapsed > cap THEN greatest(alk._estimate_jobs(c.name, 'lapsed', clock), cap + 1)
@@ -146,7 +161,8 @@ BEGIN
                     ELSE c.dead END AS dead,
                CASE WHEN c.completed > cap THEN greatest(alk._estimate_jobs(c.name, 'completed', clock), cap + 1)
                     ELSE c.completed END AS completed,
-               coalesce(greatest(c.ready, c.scheduled, c.processing, c.lapsed, c.dead, c.completed) > cap, false)
+               coalesce(greatest(c.ready, c.scheduled, c.waiting, c.processing, c.lapsed, c.dead, c.completed) > cap,
+                        false)
                  AS estimated
           FROM capped c
     )
@@ -158,32 +174,34 @@ BEGIN
       FROM counted c
      CROSS JOIN LATERAL (
         WITH RECURSIVE priorities(priority) AS (
-            (SELECT j.priority FROM alk.jobs j WHERE j.queue = c.name AND j.state = 'pending'
+            (SELECT j.priority FROM alk.jobs j WHERE j.queue = c.name AND j.state = 'pending' AND j.after_left = 0
               ORDER BY j.priority DESC LIMIT 1)
             UNION ALL
             SELECT (SELECT j.priority FROM alk.jobs j WHERE j.queue = c.name AND j.state = 'pending'
-                       AND j.priority < p.priority ORDER BY j.priority DESC LIMIT 1)
+                       AND j.after_left = 0 AND j.priority < p.priority ORDER BY j.priority DESC LIMIT 1)
               FROM priorities p WHERE p.priority IS NOT NULL
         )
         SELECT min((SELECT j.run_at FROM alk.jobs j WHERE j.queue = c.name AND j.state = 'pending'
-                       AND j.priority = p.priority AND j.run_at <= clock ORDER BY j.run_at LIMIT 1)) AS oldest_ready,
+                       AND j.after_left = 0 AND j.priority = p.priority AND j.run_at <= clock ORDER BY j.run_at LIMIT 1)) AS oldest_ready,
                min((SELECT j.run_at FROM alk.jobs j WHERE j.queue = c.name AND j.state = 'pending'
-                       AND j.priority = p.priority AND j.run_at > clock ORDER BY j.run_at LIMIT 1)) AS next_run_at
+                       AND j.after_left = 0 AND j.priority = p.priority AND j.run_at > clock ORDER BY j.run_at LIMIT 1)) AS next_run_at
           FROM priorities p WHERE p.priority IS NOT NULL) t
      ORDER BY c.name;
 END
 $$;
 COMMENT ON FUNCTION alk.queue_stats(text, bigint) IS
 'One row per queue (every queue holding a job, reserved outbox queues included; or only the given queue, even when '
-'empty): pending (= ready + scheduled), ready (pending and due), scheduled (pending, run_at in the future), '
+'empty): pending (= ready + scheduled), ready (pending and due), scheduled (pending, run_at in the future, or '
+'waiting on its after jobs: alk.enqueue), '
 'processing (leased, lapsed included), lapsed (lease ended: claimable again), dead, oldest_ready_age_s (now minus '
 'the earliest run_at of a ready job: the queue''s lag; NULL when none is ready), next_run_at (the earliest run_at '
-'of a scheduled job; NULL when none), paused (alk.pause_queue), estimated, and completed (acked jobs kept by '
+'of a scheduled job not waiting on after jobs; NULL when none), paused (alk.pause_queue), estimated, and '
+'completed (acked jobs kept by '
 'alk.set_queue_retention; last, as it came last). Every count is exact unless '
 'exact_limit is given: then a count stops after exact_limit + 1 index entries and, past exact_limit, is the '
 'planner''s estimate (from the table''s statistics, which ANALYZE and autovacuum keep current), never below '
 'exact_limit + 1, and estimated is true. The ages are exact either way. Cost: index-only scans of the partial '
-'indexes, linear in the entries counted: with exact_limit at most about 5 x exact_limit per queue '
+'indexes, linear in the entries counted: with exact_limit at most about 6 x exact_limit per queue '
 '(docs/dashboard.md has numbers). Example: SELECT * FROM alk.queue_stats(exact_limit => 10000);';
 
 -- list_jobs -----------------------------------------------------------------

@@ -266,6 +266,28 @@ async def test_retention_and_result_are_checked(alk):
     assert (await queue.get_job(handle.id)).state == "processing"
 
 
+async def test_after_holds_a_job_until_the_jobs_it_lists_are_acked(alk, db):
+    queue = alk.queue("q")
+    first = await queue.enqueue("first")
+    second = await queue.enqueue("second", after=[first])
+    batch = await queue.enqueue_batch(["third", "fourth"], after=(second,))
+    handle = await queue.claim_one("w")
+    assert handle is not None and handle.id == first
+    assert await queue.claim_one("w") is None  # second waits for first
+    assert (await queue.get_job(second)).state == "pending"
+    assert await handle.ack() is True
+    handle = await queue.claim_one("w")
+    assert handle is not None and handle.id == second
+    assert await handle.fail("boom") is True
+    dead = [await queue.get_job(i) for i in batch]
+    assert [(j.state, j.last_error) for j in dead] == [("dead", f"after job {second} died")] * 2
+    with pytest.raises(InvalidArgument):
+        await queue.enqueue("x", after=[2**63])
+    with pytest.raises(InvalidArgument, match="after"):
+        await queue.enqueue("x", after=[await alk.queue("other").enqueue("elsewhere")])
+    assert jobs_in(db) == 4
+
+
 async def test_headers_travel_with_the_job(alk, db):
     queue = alk.queue("q")
     headers = {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}

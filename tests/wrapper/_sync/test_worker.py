@@ -240,6 +240,26 @@ def test_a_burst_worker_acks_every_job_once(alk, db):
     assert worker.running is False
 
 
+def test_a_worker_runs_a_chain_of_jobs_in_order_and_buries_the_rest_of_a_broken_one(alk, db):
+    seen: list[int] = []
+
+    def handler(job: JobHandle) -> None:
+        seen.append(job.payload)
+        if job.payload == 7:
+            raise PermanentError("broken link")
+
+    queue = alk.queue("q")
+    ids = [queue.enqueue(0)]
+    for link in range(1, 12):
+        ids.append(queue.enqueue(link, after=[ids[-1]]))
+    worker = alk.worker("q", handler, concurrency=4, burst=True, handle_signals=False)
+    counts = worker.run()
+    assert seen == list(range(8))  # in chain order; 8 to 11 never ran
+    assert (counts.acked, counts.failed) == (7, 1)
+    assert job_rows(db) == [(ids[7], "dead", 1, "PermanentError: broken link")] + [
+        (ids[link], "dead", 0, f"after job {ids[link - 1]} died") for link in range(8, 12)]
+
+
 def test_failures_retry_on_the_rows_curve_then_die_with_the_error_text(alk, db):
     attempts: list[int] = []
 
