@@ -113,7 +113,7 @@ def test_settle_and_claim_honours_max_running(clocked):
     for _ in range(4):
         enqueue(clocked)
     limit(clocked, max_running=2)
-    a, b = claim(clocked, 2)
+    a, _ = claim(clocked, 2)
     rows = clocked.execute(
         "SELECT kind, id FROM alk.settle_and_claim('q', 'w1', 10, ARRAY[%s]::bigint[], ARRAY[1]::bigint[], "
         "ARRAY['ack'])", [a["id"]]).fetchall()
@@ -334,7 +334,8 @@ def test_group_keys_must_match_the_payloads_and_be_names(clocked):
     assert "group_keys must have one entry per payload" in str(caught.value)
     for call in ("SELECT alk.enqueue('q', '{}', group_key => '')",
                  "SELECT alk.enqueue_batch('q', ARRAY['{}']::jsonb[], group_keys => ARRAY[''])",
-                 "SELECT alk.enqueue_batch('q', ARRAY['{}']::jsonb[], dedup_keys => ARRAY['k'], group_keys => ARRAY[''])"):
+                 "SELECT alk.enqueue_batch('q', ARRAY['{}']::jsonb[], dedup_keys => ARRAY['k'], "
+                 "group_keys => ARRAY[''])"):
         with pytest.raises(psycopg.Error) as caught:
             clocked.execute(call)
         assert caught.value.sqlstate == "LK001"
