@@ -46,7 +46,7 @@ from pyalk.errors import (
 )
 from pyalk.stop_token import AsyncStopToken, StopToken
 from pyalk.tasks import Task, TaskError, Tasks
-from pyalk.values import Fired, Job, LockInfo, QueueOpts, QueueStats, Schedule, StreamEvent, WorkerInfo
+from pyalk.values import Fired, Job, LockInfo, QueueLimits, QueueOpts, QueueStats, Schedule, StreamEvent, WorkerInfo
 from pyalk.worker.errors import PermanentError, Snooze
 from pyalk.worker.tally import WorkerCounts
 
@@ -83,6 +83,7 @@ __all__ = [
     "Outbox",
     "PermanentError",
     "Queue",
+    "QueueLimits",
     "QueueOpts",
     "QueueStats",
     "Schedule",

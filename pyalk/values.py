@@ -63,6 +63,9 @@ class Job:
     result: Any
     #: When it was acked, on a queue that keeps completed jobs; None otherwise.
     completed_at: int | None
+    #: Its serial group: jobs of the queue with one key run at most
+    #: ``max_running_per_group`` at a time (:class:`QueueLimits`); None: no group.
+    group_key: str | None
 
     @property
     def attempts_spent(self) -> int:
@@ -103,6 +106,7 @@ _new = object.__new__
     _set_headers,
     _set_result,
     _set_completed_at,
+    _set_group_key,
 ) = (getattr(Job, name).__set__ for name in _NAMES)
 
 
@@ -132,6 +136,7 @@ def job_from_row(row: tuple[Any, ...], start: int = 0) -> Job:
         headers,
         result,
         completed_at,
+        group_key,
     ) = row[start:] if start else row
     job: Job = _new(Job)
     _set_id(job, id_)
@@ -157,6 +162,7 @@ def job_from_row(row: tuple[Any, ...], start: int = 0) -> Job:
     _set_headers(job, headers)
     _set_result(job, result)
     _set_completed_at(job, completed_at)
+    _set_group_key(job, group_key)
     return job
 
 
@@ -188,6 +194,27 @@ QUEUE_STATS_COLUMNS = ", ".join(field.name for field in fields(QueueStats))
 
 def queue_stats_from_row(row: tuple[Any, ...]) -> QueueStats:
     return QueueStats(*row)
+
+
+# -- Queue limits (alk.queue_limits) -----------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class QueueLimits:
+    """One row of ``alk.queue_limits``: a queue's claim limits, None where
+    not set (docs/queue.md, "Limits and serial groups")."""
+
+    queue: str
+    #: At most this many jobs processing with a valid lease.
+    max_running: int | None
+    #: At most ``rate`` claims per fixed window of ``rate_period_s`` seconds.
+    rate: int | None
+    rate_period_s: int | None
+    #: Jobs sharing a group key running at once (None: 1).
+    max_running_per_group: int | None
+
+
+#: The select list that reads an ``alk.queue_limit`` in :class:`QueueLimits` order.
+QUEUE_LIMITS_COLUMNS = ", ".join(field.name for field in fields(QueueLimits))
 
 
 # -- Stream ------------------------------------------------------------------

@@ -39,6 +39,8 @@ AS $$
         ('reader', 'workers'),
         -- a queue's completed-job retention (0026)
         ('reader', 'queue_retention'),
+        -- a queue's claim limits (0029)
+        ('reader', 'queue_limits'),
         -- producer: write work and events, and look at what it wrote
         ('producer', 'enqueue'), ('producer', 'enqueue_batch'), ('producer', 'outbox_enqueue'),
         ('producer', 'outbox_enqueue_batch'), ('producer', 'publish'), ('producer', 'publish_batch'),
@@ -62,7 +64,7 @@ AS $$
         -- admin: everything above (alk._kind_functions adds it) and these
         ('admin', 'cancel'), ('admin', 'sweep_expired'), ('admin', 'outbox_sweep_expired'), ('admin', 'trim_to'),
         ('admin', 'requeue_dead'), ('admin', 'pause_queue'), ('admin', 'resume_queue'),
-        ('admin', 'set_queue_retention'),
+        ('admin', 'set_queue_retention'), ('admin', 'set_queue_limits'),
         ('admin', 'schedule'), ('admin', 'unschedule'), ('admin', 'tick'), ('admin', 'scheduler_tick'),
         -- stop a worker from anywhere (0024)
         ('admin', 'request_stop'),

@@ -3,7 +3,8 @@ per concern): the wake-up handshake (alk.queue_channel, alk.wait_for_jobs,
 alk.wake_fence, alk.stop_waiting), alk.enqueue, alk.claim and alk.next_claim_at,
 the claimed-job ops (ack, retry, fail, heartbeat, snooze, settle, release_jobs,
 settle_and_claim), control (cancel, get_job, sweep_expired, requeue_dead,
-pause_queue, resume_queue, set_queue_retention, queue_retention) and
+pause_queue, resume_queue, set_queue_retention, queue_retention,
+set_queue_limits, queue_limits) and
 alk.queue_stats and alk.list_jobs.
 
 Every rule (ready time, stamps, claim order, fencing, backoff, expiry) is in
@@ -20,8 +21,10 @@ from pyalk import _codec
 from pyalk._async.job import AsyncJobHandle
 from pyalk.values import (
     JOB_COLUMNS,
+    QUEUE_LIMITS_COLUMNS,
     QUEUE_STATS_COLUMNS,
     Job,
+    QueueLimits,
     QueueOpts,
     QueueStats,
     job_from_row,
@@ -41,12 +44,14 @@ ENQUEUE_OPTIONS = """
 
 _ENQUEUE = (
     "SELECT alk.enqueue(queue => %(queue)s, payload => %(payload)s::jsonb, dedup_key => %(dedup_key)s::text,"
-    " headers => %(headers)s::jsonb, after => %(after)s::bigint[]," + ENQUEUE_OPTIONS
+    " headers => %(headers)s::jsonb, group_key => %(group_key)s::text, after => %(after)s::bigint[],"
+    + ENQUEUE_OPTIONS
     + ")"
 )
 _ENQUEUE_BATCH = (
     "SELECT * FROM alk.enqueue_batch(queue => %(queue)s, payloads => %(payloads)s::jsonb[],"
-    " dedup_keys => %(dedup_keys)s::text[], headers => %(headers)s::jsonb, after => %(after)s::bigint[],"
+    " dedup_keys => %(dedup_keys)s::text[], headers => %(headers)s::jsonb, group_keys => %(group_keys)s::text[],"
+    " after => %(after)s::bigint[],"
     + ENQUEUE_OPTIONS + ")"
 )
 _CLAIM = "SELECT " + JOB_COLUMNS + " FROM alk.claim(%(queue)s, %(worker_id)s, %(n)s::bigint)"
@@ -72,6 +77,11 @@ _SETTLE = (
 )
 _SET_RETENTION = "SELECT alk.set_queue_retention(%(queue)s, %(completed_s)s::bigint)"
 _RETENTION = "SELECT alk.queue_retention(%(queue)s)"
+_SET_LIMITS = (
+    "SELECT alk.set_queue_limits(%(queue)s, %(max_running)s::bigint, %(rate)s::bigint, %(rate_period_s)s::bigint,"
+    " %(max_running_per_group)s::bigint)"
+)
+_LIMITS = "SELECT " + QUEUE_LIMITS_COLUMNS + " FROM alk.queue_limits(%(queue)s)"
 _RELEASE = "SELECT alk.release_jobs(%(job_ids)s::bigint[], %(worker_id)s, %(attempts)s::bigint[], %(queue)s)"
 #: Also run by a worker on its own LISTEN connection.
 QUEUE_CHANNEL = "SELECT alk.queue_channel(%(queue)s)"
@@ -163,6 +173,7 @@ class AsyncQueue:
         expires: int | timedelta | None = None,
         dedup_key: str | None = None,
         headers: dict[str, Any] | None = None,
+        group_key: str | None = None,
         after: Iterable[int] | None = None,
         conn: AsyncConnection | None = None,
     ) -> int:
@@ -171,6 +182,8 @@ class AsyncQueue:
         ``dedup_key``: while a live job of this queue holds it, nothing is
         written and that job's id is returned. ``headers``: a JSON object that
         travels with the job (trace context, correlation ids; ``Job.headers``).
+        ``group_key``: its serial group; jobs of this queue with one key run
+        at most ``max_running_per_group`` at a time (:meth:`set_limits`; 1 by default).
         ``after``: ids of jobs of this queue; the job is not claimed until none
         of them exists any more (acked, cancelled) or is completed, and dies
         when one of them dies (docs/queue.md "Dependencies").
@@ -179,6 +192,7 @@ class AsyncQueue:
         params["payload"] = _codec.payload(payload)
         params["dedup_key"] = None if dedup_key is None else _codec.text(dedup_key, "dedup_key")
         params["headers"] = None if headers is None else _codec.payload(headers, "headers")
+        params["group_key"] = None if group_key is None else _codec.text(group_key, "group_key")
         params["after"] = after_ids(after)
         return int(await self.executor.value(_ENQUEUE, params, conn=conn, transactional=True))
 
@@ -193,6 +207,7 @@ class AsyncQueue:
         expires: int | timedelta | None = None,
         dedup_keys: Iterable[str | None] | None = None,
         headers: dict[str, Any] | None = None,
+        group_keys: Iterable[str | None] | None = None,
         after: Iterable[int] | None = None,
         conn: AsyncConnection | None = None,
     ) -> list[int]:
@@ -202,6 +217,7 @@ class AsyncQueue:
         earlier in the batch, returns the holder's id. ``headers``: one JSON
         object for every job of the batch, as every other option; so is
         ``after``: every job of the batch waits for all of its ids.
+        ``group_keys`` (aligned with ``payloads``): each job's serial group, or None.
         """
         params = enqueue_params(self.name, self.opts, delay, run_at, priority, max_attempts, expires)
         params["payloads"] = _codec.payloads(payloads)
@@ -210,6 +226,10 @@ class AsyncQueue:
             else [None if k is None else _codec.text(k, "dedup_keys") for k in dedup_keys]
         )
         params["headers"] = None if headers is None else _codec.payload(headers, "headers")
+        params["group_keys"] = (
+            None if group_keys is None
+            else [None if k is None else _codec.text(k, "group_keys") for k in group_keys]
+        )
         params["after"] = after_ids(after)
         rows = await self.executor.rows(_ENQUEUE_BATCH, params, conn=conn, transactional=True)
         return [row[0] for row in rows]
@@ -328,6 +348,33 @@ class AsyncQueue:
     async def retention(self) -> int:
         """``alk.queue_retention``: seconds acked jobs stay completed (0: none kept)."""
         return int(await self.executor.value(_RETENTION, {"queue": self.name}))
+
+    async def set_limits(
+        self,
+        *,
+        max_running: int | None = None,
+        rate: int | None = None,
+        rate_period_s: int | timedelta | None = None,
+        max_running_per_group: int | None = None,
+    ) -> bool:
+        """``alk.set_queue_limits``: this queue's claim limits, all at once
+        (each None lifts one). At most ``max_running`` jobs processing with a
+        valid lease, ``rate`` claims per window of ``rate_period_s`` seconds
+        (set together), ``max_running_per_group`` jobs of one group key
+        running (None: 1). True when the limits changed."""
+        params = {
+            "queue": self.name,
+            "max_running": _codec.bigint(max_running, "max_running"),
+            "rate": _codec.bigint(rate, "rate"),
+            "rate_period_s": _codec.seconds(rate_period_s, "rate_period_s"),
+            "max_running_per_group": _codec.bigint(max_running_per_group, "max_running_per_group"),
+        }
+        return bool(await self.executor.value(_SET_LIMITS, params))
+
+    async def limits(self) -> QueueLimits:
+        """``alk.queue_limits``: this queue's claim limits (None where not set)."""
+        rows = await self.executor.rows(_LIMITS, {"queue": self.name})
+        return QueueLimits(*rows[0])
 
     async def wait_for_jobs(self, worker_id: str) -> str:
         """``alk.wait_for_jobs``: advertise ``worker_id`` as idle on this

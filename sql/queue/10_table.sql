@@ -43,7 +43,8 @@ CREATE TYPE alk.job AS (
     attempts_refunded bigint,
     headers jsonb,
     result jsonb,
-    completed_at bigint
+    completed_at bigint,
+    group_key text
 );
 COMMENT ON TYPE alk.job IS 'A job as every queue function returns it: the resolved row, never the enqueuer''s raw options.';
 
@@ -91,6 +92,10 @@ CREATE TABLE alk.jobs (
     -- Some job was enqueued after this one: its ack, cancel, completion or
     -- death looks in alk.job_after (alk._after_sync); unset, it never does.
     awaited boolean NOT NULL DEFAULT false,
+    -- The job's serial group (alk.set_queue_limits' max_running_per_group):
+    -- at most that many (default 1) of a queue's jobs with one key run at a
+    -- time. NULL: no group.
+    group_key text,
     -- The key holds the queue so the table can be hash-distributed by queue;
     -- id leads it so ops by id (ack, retry, ...) are one probe of one index.
     CONSTRAINT jobs_pkey PRIMARY KEY (id, queue),
@@ -128,6 +133,16 @@ CREATE INDEX jobs_completed ON alk.jobs (queue, purge_at) WHERE state = 'complet
 CREATE UNIQUE INDEX jobs_dedup ON alk.jobs (queue, dedup_key)
     WHERE dedup_key IS NOT NULL AND state IN ('pending', 'processing');
 
+-- Serial groups (40_claim.sql): a grouped candidate is claimable only while
+-- its group has room, which the claim asks of these two, per candidate. Both
+-- partial on group_key IS NOT NULL, so queues without groups never write an
+-- entry. Processing jobs by group: is the group busy?
+CREATE INDEX jobs_group_running ON alk.jobs (queue, group_key) WHERE state = 'processing' AND group_key IS NOT NULL;
+-- Pending jobs by group in claim order: is a due job of the group ahead?
+-- Jobs waiting on their after jobs are never ahead (alk._group_has_room).
+CREATE INDEX jobs_group_pending ON alk.jobs (queue, group_key, priority DESC, run_at, id)
+    WHERE state = 'pending' AND group_key IS NOT NULL AND after_left = 0;
+
 -- Paused queues (alk.pause_queue): a claim probes this by primary key.
 CREATE TABLE alk.paused_queues (
     queue text NOT NULL,
@@ -163,6 +178,34 @@ CREATE TABLE alk.job_after (
     CONSTRAINT job_after_pkey PRIMARY KEY (after_id, job_id)
 );
 COMMENT ON TABLE alk.job_after IS 'Which job waits for which (alk.enqueue''s after). Private: use alk.enqueue.';
+-- Per-queue limits (alk.set_queue_limits). A row exists only while some
+-- limit is set, so a claim of a queue without limits costs one probe of an
+-- empty (or tiny) table; a queue with a row is claimed under its lock
+-- (alk._claim_budget).
+CREATE TABLE alk.limited_queues (
+    queue text NOT NULL,
+    -- Each NULL (no limit) or > 0; rate and rate_period_s set together.
+    max_running bigint,
+    rate bigint,
+    rate_period_s bigint,
+    max_running_per_group bigint,
+    CONSTRAINT limited_queues_pkey PRIMARY KEY (queue)
+);
+COMMENT ON TABLE alk.limited_queues IS
+'Per-queue claim limits (max running, rate, per-group running). Private: use alk.set_queue_limits.';
+
+-- The rate window of each rate-limited queue: a fixed window opened by the
+-- first claim after the previous one ended, lasting rate_period_s seconds,
+-- and the claims made in it. Written by claims of rate-limited queues only
+-- (under the queue's claim lock); no other queue ever touches it.
+CREATE TABLE alk.queue_rate_windows (
+    queue text NOT NULL,
+    started_at bigint NOT NULL,
+    claims bigint NOT NULL,
+    CONSTRAINT queue_rate_windows_pkey PRIMARY KEY (queue)
+);
+COMMENT ON TABLE alk.queue_rate_windows IS
+'The current rate window of each rate-limited queue: when it opened and how many claims it has had. Private.';
 
 -- Workers waiting idle for a queue (alk.wait_for_jobs). Unlogged: an advert
 -- lives no longer than the connection that LISTENs, and a crash loses both.

@@ -4,9 +4,27 @@
 -- After wake-ups (the function bodies' "wake-ups section above" is
 -- 20_wake.sql); the outbox and the scheduler call alk._enqueue too. Landed in
 -- 0002_queue.sql; changed by 0009 (dedup keys, alk._enqueue_one), 0017, 0021,
--- 0026 (headers), 0028 (after: 35_after.sql).
+-- 0026 (headers), 0028 (after: 35_after.sql), 0029 (serial groups' group keys).
 
 -- enqueue -------------------------------------------------------------------
+
+-- A batch's group keys: one per payload, each NULL (no group) or a name
+-- (LK001 otherwise, as a single enqueue's group_key).
+CREATE FUNCTION alk._check_group_keys(group_keys text[], payloads bigint)
+RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF cardinality(group_keys) <> payloads THEN
+        PERFORM alk._raise('LK002', 'group_keys must have one entry per payload: got ' || coalesce(payloads, 0)
+            || ' payloads and ' || cardinality(group_keys) || ' group_keys');
+    END IF;
+    PERFORM alk._name_ok('group_key', k, true) FROM unnest(group_keys) AS g(k) WHERE k IS NOT NULL;
+END
+$$;
+COMMENT ON FUNCTION alk._check_group_keys(text[], bigint) IS
+'internal: LK002 unless group_keys has one entry per payload, LK001 unless each is NULL or a valid name';
 
 -- The one implementation behind every enqueue form (plain, batch, outbox,
 -- scheduler): resolves the ready time, expiry and stamps against one clock
@@ -27,7 +45,8 @@ CREATE FUNCTION alk._enqueue(
     default_visibility_timeout_s bigint,
     default_max_attempts bigint,
     default_backoff_base_s bigint,
-    headers jsonb DEFAULT NULL
+    headers jsonb DEFAULT NULL,
+    group_keys text[] DEFAULT NULL
 )
 RETURNS SETOF bigint
 LANGUAGE plpgsql VOLATILE
@@ -48,16 +67,20 @@ BEGIN
     IF headers IS NOT NULL AND pg_catalog.jsonb_typeof(headers) <> 'object' THEN
         PERFORM alk._check_headers(headers);
     END IF;
+    IF group_keys IS NOT NULL THEN
+        PERFORM alk._check_group_keys(group_keys, cardinality(payloads));
+    END IF;
     IF cardinality(payloads) = 0 THEN
         RETURN;
     END IF;
     RETURN QUERY
     WITH inserted AS (
         INSERT INTO alk.jobs (queue, payload, priority, run_at, max_attempts, created_at, expires_at,
-                              visibility_timeout_s, backoff_base_s, dead_letter_retention_s, headers)
+                              visibility_timeout_s, backoff_base_s, dead_letter_retention_s, headers, group_key)
         SELECT queue, p.payload, coalesce(priority, 0), v_run_at, coalesce(max_attempts, default_max_attempts),
                clock, alk._sat_add(clock, expires), coalesce(visibility_timeout_s, default_visibility_timeout_s),
-               coalesce(backoff_base_s, default_backoff_base_s), dead_letter_retention_s, headers
+               coalesce(backoff_base_s, default_backoff_base_s), dead_letter_retention_s, headers,
+               group_keys[p.ord]
         FROM unnest(payloads) WITH ORDINALITY AS p(payload, ord)
         ORDER BY p.ord
         RETURNING alk.jobs.id
@@ -82,7 +105,7 @@ BEGIN
     END IF;
 END
 $$;
-COMMENT ON FUNCTION alk._enqueue(text, jsonb[], bigint, bigint, bigint, bigint, bigint, bigint, bigint, bigint, bigint, bigint, bigint, bigint, jsonb) IS
+COMMENT ON FUNCTION alk._enqueue(text, jsonb[], bigint, bigint, bigint, bigint, bigint, bigint, bigint, bigint, bigint, bigint, bigint, bigint, jsonb, text[]) IS
 'internal: insert jobs with resolved stamps and wake idle workers; the batch forms and the scheduler call it';
 
 -- One job, optionally deduplicated: every single-job enqueue form calls it
@@ -101,6 +124,7 @@ CREATE FUNCTION alk._enqueue_one(
     p_dead_letter_retention_s bigint,
     p_dedup_key text,
     p_headers jsonb DEFAULT NULL,
+    p_group_key text DEFAULT NULL,
     -- alk.enqueue's after (35_after.sql); NULL: waits for nothing.
     p_after bigint[] DEFAULT NULL
 )
@@ -117,17 +141,20 @@ BEGIN
     IF p_headers IS NOT NULL AND pg_catalog.jsonb_typeof(p_headers) <> 'object' THEN
         PERFORM alk._check_headers(p_headers);
     END IF;
+    IF p_group_key IS NOT NULL THEN
+        PERFORM alk._name_ok('group_key', p_group_key, true);
+    END IF;
     IF p_after IS NOT NULL THEN
         PERFORM alk._after_check(p_queue, p_after);
     END IF;
     IF p_dedup_key IS NULL THEN
         INSERT INTO alk.jobs (queue, payload, priority, run_at, max_attempts, created_at, expires_at,
-                              visibility_timeout_s, backoff_base_s, dead_letter_retention_s, headers)
+                              visibility_timeout_s, backoff_base_s, dead_letter_retention_s, headers, group_key)
         VALUES (p_queue, p_payload, p_priority,
                 CASE WHEN p_delay IS NOT NULL THEN alk._sat_add(p_clock, p_delay)
                      WHEN p_run_at IS NOT NULL THEN p_run_at ELSE p_clock END,
                 p_max_attempts, p_clock, alk._sat_add(p_clock, p_expires),
-                p_visibility_timeout_s, p_backoff_base_s, p_dead_letter_retention_s, p_headers)
+                p_visibility_timeout_s, p_backoff_base_s, p_dead_letter_retention_s, p_headers, p_group_key)
         RETURNING alk.jobs.id INTO v_id;
     ELSE
         PERFORM alk._name_ok('dedup_key', p_dedup_key, true);
@@ -136,12 +163,13 @@ BEGIN
             -- waits for ours (or we for it) and then does nothing.
             INSERT INTO alk.jobs (queue, payload, priority, run_at, max_attempts, created_at, expires_at,
                                   visibility_timeout_s, backoff_base_s, dead_letter_retention_s, dedup_key,
-                                  headers)
+                                  headers, group_key)
             VALUES (p_queue, p_payload, p_priority,
                     CASE WHEN p_delay IS NOT NULL THEN alk._sat_add(p_clock, p_delay)
                          WHEN p_run_at IS NOT NULL THEN p_run_at ELSE p_clock END,
                     p_max_attempts, p_clock, alk._sat_add(p_clock, p_expires),
-                    p_visibility_timeout_s, p_backoff_base_s, p_dead_letter_retention_s, p_dedup_key, p_headers)
+                    p_visibility_timeout_s, p_backoff_base_s, p_dead_letter_retention_s, p_dedup_key, p_headers,
+                    p_group_key)
             ON CONFLICT (queue, dedup_key) WHERE dedup_key IS NOT NULL AND state IN ('pending', 'processing')
             DO NOTHING
             RETURNING alk.jobs.id INTO v_id;
@@ -178,7 +206,7 @@ BEGIN
     RETURN v_id;
 END
 $$;
-COMMENT ON FUNCTION alk._enqueue_one(text, jsonb, bigint, bigint, bigint, bigint, bigint, bigint, bigint, bigint, bigint, text, jsonb, bigint[]) IS
+COMMENT ON FUNCTION alk._enqueue_one(text, jsonb, bigint, bigint, bigint, bigint, bigint, bigint, bigint, bigint, bigint, text, jsonb, text, bigint[]) IS
 'internal: insert one job with resolved stamps (or return the live holder of its dedup key) and wake idle workers';
 
 CREATE FUNCTION alk.enqueue(
@@ -194,6 +222,7 @@ CREATE FUNCTION alk.enqueue(
     dead_letter_retention_s bigint DEFAULT NULL,
     dedup_key text DEFAULT NULL,
     headers jsonb DEFAULT NULL,
+    group_key text DEFAULT NULL,
     after bigint[] DEFAULT NULL
 )
 RETURNS bigint
@@ -201,14 +230,16 @@ LANGUAGE sql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT alk._enqueue_one(alk._name_ok('queue', $1, false), $2, alk.now(), $3, $4, coalesce($5, 0),
-                            coalesce($6, 3), $7, coalesce($8, 300), coalesce($9, 5), $10, $11, $12, $13)
+                            coalesce($6, 3), $7, coalesce($8, 300), coalesce($9, 5), $10, $11, $12, $13, $14)
 $$;
-COMMENT ON FUNCTION alk.enqueue(text, jsonb, bigint, bigint, bigint, bigint, bigint, bigint, bigint, bigint, text, jsonb, bigint[]) IS
+COMMENT ON FUNCTION alk.enqueue(text, jsonb, bigint, bigint, bigint, bigint, bigint, bigint, bigint, bigint, text, jsonb, text, bigint[]) IS
 'Enqueue one job; returns its id. Ready time: delay (seconds from now) wins over run_at (absolute unix seconds); '
 'neither means now. expires is a TTL in seconds from now. Stamps default to 300 s visibility, 3 attempts, 5 s backoff base, '
 'dead rows kept forever. dedup_key: while a live (pending or processing) job of this queue holds the key, nothing is '
 'written and that job''s id is returned; NULL: no dedup. headers: a JSON object that travels with the job (trace '
-'context, correlation ids; get_job and claim return it), or NULL; anything else is LK002. '
+'context, correlation ids; get_job and claim return it), or NULL; anything else is LK002. group_key: the job''s serial '
+'group: jobs of this queue with one key run at most max_running_per_group at a time (alk.set_queue_limits; default 1, '
+'one after another in claim order); NULL: no group; checked as a name (LK001). '
 'after: ids of jobs of this queue; the job stays pending but is not claimed until none of them exists any more '
 '(acked, cancelled or purged) or is completed; ids that no longer exist count as done; an id of another queue or a '
 'NULL entry is LK002. When a listed job dies the job dies too (last_error ''after job <id> died''), and '
@@ -229,6 +260,7 @@ CREATE FUNCTION alk.enqueue_batch(
     dead_letter_retention_s bigint DEFAULT NULL,
     dedup_keys text[] DEFAULT NULL,
     headers jsonb DEFAULT NULL,
+    group_keys text[] DEFAULT NULL,
     after bigint[] DEFAULT NULL
 )
 RETURNS SETOF bigint
@@ -246,7 +278,7 @@ BEGIN
         ids := ARRAY(SELECT * FROM alk._enqueue(q, payloads, clock,
             delay, enqueue_batch.run_at, enqueue_batch.priority, enqueue_batch.max_attempts,
             expires, enqueue_batch.visibility_timeout_s, enqueue_batch.backoff_base_s,
-            enqueue_batch.dead_letter_retention_s, 300, 3, 5, enqueue_batch.headers));
+            enqueue_batch.dead_letter_retention_s, 300, 3, 5, enqueue_batch.headers, enqueue_batch.group_keys));
         PERFORM alk._after_link(q, ids, enqueue_batch.after);
         RETURN QUERY SELECT * FROM unnest(ids);
         RETURN;
@@ -255,7 +287,7 @@ BEGIN
         RETURN QUERY SELECT * FROM alk._enqueue(q, payloads, clock,
             delay, enqueue_batch.run_at, enqueue_batch.priority, enqueue_batch.max_attempts,
             expires, enqueue_batch.visibility_timeout_s, enqueue_batch.backoff_base_s,
-            enqueue_batch.dead_letter_retention_s, 300, 3, 5, enqueue_batch.headers);
+            enqueue_batch.dead_letter_retention_s, 300, 3, 5, enqueue_batch.headers, enqueue_batch.group_keys);
         RETURN;
     END IF;
     PERFORM alk._check_payloads(payloads);
@@ -263,20 +295,25 @@ BEGIN
         PERFORM alk._raise('LK002', 'dedup_keys must have one entry per payload: got ' || cardinality(payloads)
             || ' payloads and ' || cardinality(dedup_keys) || ' dedup_keys');
     END IF;
+    IF group_keys IS NOT NULL THEN
+        PERFORM alk._check_group_keys(group_keys, cardinality(payloads));
+    END IF;
     -- One at a time, in input order: a key repeated within the batch is
     -- held by its first occurrence, whose id the later ones return.
     FOR i IN 1 .. cardinality(payloads) LOOP
         RETURN NEXT alk._enqueue_one(q, payloads[i], clock, delay, enqueue_batch.run_at,
             coalesce(enqueue_batch.priority, 0), coalesce(enqueue_batch.max_attempts, 3), expires,
             coalesce(enqueue_batch.visibility_timeout_s, 300), coalesce(enqueue_batch.backoff_base_s, 5),
-            enqueue_batch.dead_letter_retention_s, dedup_keys[i], enqueue_batch.headers, enqueue_batch.after);
+            enqueue_batch.dead_letter_retention_s, dedup_keys[i], enqueue_batch.headers, group_keys[i],
+            enqueue_batch.after);
     END LOOP;
 END
 $$;
-COMMENT ON FUNCTION alk.enqueue_batch(text, jsonb[], bigint, bigint, bigint, bigint, bigint, bigint, bigint, bigint, text[], jsonb, bigint[]) IS
+COMMENT ON FUNCTION alk.enqueue_batch(text, jsonb[], bigint, bigint, bigint, bigint, bigint, bigint, bigint, bigint, text[], jsonb, text[], bigint[]) IS
 'Enqueue several jobs in one call with the same options; returns their ids in input order. dedup_keys, when given, '
 'holds one key (or NULL) per payload, with alk.enqueue''s rule: a key held by a live job, or by an earlier payload of '
 'the same batch, writes nothing and returns the holder''s id. headers, like every other option, is one value for '
-'the whole batch (a JSON object or NULL, else LK002): the trace context of the call that enqueued it. after too is '
-'one list for the whole batch: every job of it waits for all of them (alk.enqueue''s rule). '
+'the whole batch (a JSON object or NULL, else LK002): the trace context of the call that enqueued it. group_keys, when '
+'given, holds one serial group key (or NULL) per payload, as alk.enqueue''s group_key; another length is LK002. '
+'after is one list for the whole batch: every job of it waits for all of them (alk.enqueue''s rule). '
 'Example: SELECT * FROM alk.enqueue_batch(''emails'', ARRAY[''{"to": 1}'', ''{"to": 2}'']::jsonb[], priority => 5);';

@@ -1,11 +1,110 @@
 -- pyalk queue, the claim (docs/contract.md#queue): the claim rule
--- (alk._claim, alk.claim) and alk.next_claim_at, which must agree with it on
--- what is claimable, so the two sit side by side.
+-- (alk._claim, alk.claim), its limits (alk._group_has_room, alk._claim_budget,
+-- alk._rate_spend) and alk.next_claim_at, which must agree with it on what is
+-- claimable, so they sit side by side.
 --
 -- Before settle, whose alk.settle_and_claim calls alk._claim. Landed in
 -- 0002_queue.sql (claim) and 0007_worker.sql (next_claim_at); changed by 0009,
--- 0016, 0026 (alk.job's new columns) and 0028 (after: a waiting job is not in
--- jobs_claim_pending, whose predicate every pending read below repeats).
+-- 0016, 0026 (alk.job's new columns), 0028 (after: a waiting job is not in
+-- jobs_claim_pending, whose predicate every pending read below repeats) and
+-- 0029 (queue limits, serial groups).
+
+-- limits --------------------------------------------------------------------
+
+-- The serial-group rule for a due pending job of a group: its group has room
+-- when the group's processing jobs (any lease: a lapsed one is claimed again
+-- before its group moves on) plus the group's due pending jobs ahead of it in
+-- claim order are fewer than per_group. With per_group = 1 only the group's
+-- first due job is claimable, and only while none of the group runs: two
+-- concurrent claims cannot both take one (the second sees the first's row
+-- still pending, ahead, and skips its own). per_group > 1 needs the queue's
+-- claim lock (alk._claim_budget), which every queue with a limits row takes.
+-- Each count stops at per_group entries; CASE runs the second only if needed.
+-- A job still waiting on its after jobs (35_after.sql) is not ahead: it is
+-- not claimable, and counting it would let it hold its group back, even
+-- against the very job it waits for (both rules hold: a job is claimable only
+-- when its after jobs are done and its group has room).
+CREATE FUNCTION alk._group_has_room(queue text, group_key text, priority bigint, run_at bigint, id bigint,
+                                    clock bigint, per_group bigint)
+RETURNS boolean
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT CASE WHEN r.running >= $7 THEN false
+        ELSE r.running
+           -- due jobs of the group at a higher priority ...
+           + (SELECT count(*) FROM (SELECT FROM alk.jobs k
+                                     WHERE k.queue = $1 AND k.group_key = $2 AND k.state = 'pending'
+                                       AND k.after_left = 0 AND k.priority > $3 AND k.run_at <= $6 LIMIT $7) h)
+           -- ... and at its own, ahead of it (index-bounded: due, since it is)
+           + (SELECT count(*) FROM (SELECT FROM alk.jobs k
+                                     WHERE k.queue = $1 AND k.group_key = $2 AND k.state = 'pending'
+                                       AND k.after_left = 0 AND k.priority = $3 AND (k.run_at, k.id) < ($4, $5)
+                                     LIMIT $7) s)
+           < $7
+    END
+      FROM (SELECT count(*) AS running
+              FROM (SELECT FROM alk.jobs k
+                     WHERE k.queue = $1 AND k.group_key = $2 AND k.state = 'processing' LIMIT $7) p) r
+$$;
+COMMENT ON FUNCTION alk._group_has_room(text, text, bigint, bigint, bigint, bigint, bigint) IS
+'internal: whether a due pending job of a serial group may be claimed now (the group has room for it)';
+
+-- How many of wanted a claim of a queue with a limits row may take now. The
+-- caller holds the queue's claim lock (its limits row, locked by alk._claim),
+-- so claims of the queue run one at a time to their commit, each counting
+-- what the last committed: every statement here reads a fresh snapshot under
+-- READ COMMITTED (a repeatable-read snapshot would count from before the
+-- lock, so it is refused). Lapsed leases do not count as running.
+CREATE FUNCTION alk._claim_budget(lim alk.limited_queues, clock bigint, wanted bigint)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    budget bigint := wanted;
+    running bigint;
+    win alk.queue_rate_windows;
+BEGIN
+    IF pg_catalog.current_setting('transaction_isolation') <> 'read committed' THEN
+        PERFORM alk._raise('LK002', 'a claim of a queue with limits (alk.set_queue_limits) must run under READ '
+            || 'COMMITTED isolation, got ' || pg_catalog.current_setting('transaction_isolation'));
+    END IF;
+    IF lim.max_running IS NOT NULL THEN
+        SELECT count(*) INTO running FROM alk.jobs j
+         WHERE j.queue = lim.queue AND j.state = 'processing' AND j.claim_expires_at >= clock;
+        budget := least(budget, lim.max_running - running);
+    END IF;
+    IF lim.rate IS NOT NULL THEN
+        SELECT * INTO win FROM alk.queue_rate_windows w WHERE w.queue = lim.queue;
+        -- The window in force holds clock (or is ahead of a clock set back);
+        -- without one, a claim now opens a new window with the whole rate.
+        IF win.started_at IS NOT NULL AND clock <= alk._sat_add(win.started_at, lim.rate_period_s - 1) THEN
+            budget := least(budget, lim.rate - win.claims);
+        ELSE
+            budget := least(budget, lim.rate);
+        END IF;
+    END IF;
+    RETURN greatest(budget, 0);
+END
+$$;
+COMMENT ON FUNCTION alk._claim_budget(alk.limited_queues, bigint, bigint) IS
+'internal: how many jobs a claim of a limited queue may take now (the caller holds the queue''s claim lock)';
+
+-- Count claims against the rate window (under the claim lock): into the
+-- window in force, or into a new one opened now.
+CREATE FUNCTION alk._rate_spend(lim alk.limited_queues, clock bigint, claimed bigint)
+RETURNS void
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    INSERT INTO alk.queue_rate_windows AS w (queue, started_at, claims) VALUES ($1.queue, $2, $3)
+    ON CONFLICT ON CONSTRAINT queue_rate_windows_pkey DO UPDATE
+       SET started_at = CASE WHEN $2 <= alk._sat_add(w.started_at, $1.rate_period_s - 1) THEN w.started_at ELSE $2 END,
+           claims = CASE WHEN $2 <= alk._sat_add(w.started_at, $1.rate_period_s - 1) THEN w.claims + $3 ELSE $3 END
+$$;
+COMMENT ON FUNCTION alk._rate_spend(alk.limited_queues, bigint, bigint) IS
+'internal: count a claim''s jobs in its queue''s rate window';
 
 -- claim ---------------------------------------------------------------------
 
@@ -29,11 +128,26 @@ DECLARE
     dead bigint[];
     claimed bigint;
     awaited bigint[];
+    lim alk.limited_queues;
+    per_group bigint := 1;
+    granted bigint;
 BEGIN
     -- An extent: n <= 0 (or NULL) claims nothing.
     IF wanted IS NULL OR wanted <= 0 THEN
         RETURN;
     END IF;
+    -- Queue limits: one probe of a table that holds only limited queues. A
+    -- row found is locked, the queue's claim lock (alk._claim_budget), and
+    -- the claim takes at most what the limits leave. No row: no lock.
+    SELECT * INTO lim FROM alk.limited_queues l WHERE l.queue = _claim.queue FOR NO KEY UPDATE;
+    IF lim.queue IS NOT NULL THEN
+        wanted := alk._claim_budget(lim, clock, wanted);
+        per_group := coalesce(lim.max_running_per_group, 1);
+        IF wanted <= 0 THEN
+            RETURN;
+        END IF;
+    END IF;
+    granted := wanted;
     LOOP
         -- Lock the first due rows in claim order from both sources: pending
         -- rows whose run_at has come, and processing rows whose lease lapsed.
@@ -66,6 +180,9 @@ BEGIN
                   FROM alk.jobs j
                  WHERE j.queue = _claim.queue AND j.state = 'pending' AND j.after_left = 0
                    AND j.priority = p.priority AND j.run_at <= clock
+                   -- Serial groups: a job whose group is full is passed over.
+                   AND (j.group_key IS NULL
+                        OR alk._group_has_room(_claim.queue, j.group_key, j.priority, j.run_at, j.id, clock, per_group))
                  ORDER BY j.priority DESC, j.run_at, j.id
                  LIMIT wanted
                    FOR UPDATE SKIP LOCKED) d
@@ -77,6 +194,13 @@ BEGIN
                     OR coalesce(j.expires_at <= clock, false)) AS dead
               FROM alk.jobs j
              WHERE j.queue = _claim.queue AND j.state = 'processing' AND j.claim_expires_at < clock
+               -- Serial groups: fewer than per_group others of the group
+               -- hold a lease or lapsed before it (in id order).
+               AND (j.group_key IS NULL
+                    OR (SELECT count(*) FROM (SELECT FROM alk.jobs k
+                         WHERE k.queue = _claim.queue AND k.group_key = j.group_key AND k.state = 'processing'
+                           AND k.id <> j.id AND (k.claim_expires_at >= clock OR k.id < j.id)
+                         LIMIT per_group) o) < per_group)
              ORDER BY j.priority DESC, j.run_at, j.id
              LIMIT wanted
                FOR UPDATE SKIP LOCKED
@@ -121,7 +245,7 @@ BEGIN
             SELECT c.id, c.queue, c.state, c.payload, c.priority, c.run_at, c.attempts, c.max_attempts, c.worker_id,
                    c.claimed_at, c.claim_expires_at, c.created_at, c.expires_at, c.visibility_timeout_s,
                    c.backoff_base_s, c.dead_letter_retention_s, c.last_error, c.died_at, c.dedup_key,
-                   c.attempts_refunded, c.headers, c.result, c.completed_at
+                   c.attempts_refunded, c.headers, c.result, c.completed_at, c.group_key
               FROM moved c
              ORDER BY c.priority DESC, c.run_at, c.id;
             GET DIAGNOSTICS claimed = ROW_COUNT;
@@ -131,6 +255,10 @@ BEGIN
         -- of claimable rows (or we have enough).
         EXIT WHEN dead IS NULL OR wanted <= 0;
     END LOOP;
+    -- granted - wanted jobs were claimed: count them in the rate window.
+    IF lim.rate IS NOT NULL AND granted > wanted THEN
+        PERFORM alk._rate_spend(lim, clock, granted - wanted);
+    END IF;
 END
 $$;
 COMMENT ON FUNCTION alk._claim(text, text, bigint) IS 'internal: the claim rule for an already validated queue name';
@@ -146,7 +274,9 @@ COMMENT ON FUNCTION alk.claim(text, text, bigint) IS
 'Claim up to n due jobs for worker_id, in order priority DESC, run_at, id. Each claimed job is processing, '
 'leased until now + visibility_timeout_s, with attempts + 1 (the fencing token for ack/retry/fail/heartbeat). '
 'Due jobs out of attempts (attempts - attempts_refunded >= max_attempts) or past expiry become dead instead. '
-'n <= 0 claims nothing; a paused queue (alk.pause_queue) claims nothing. '
+'n <= 0 claims nothing; a paused queue (alk.pause_queue) claims nothing. Queue limits (alk.set_queue_limits) cap '
+'the claim: it returns fewer jobs, never an error. A job of a serial group (group_key) is passed over while its group '
+'is full (max_running_per_group running, default 1; its due jobs in claim order). '
 'Example: SELECT id, attempts, payload FROM alk.claim(''emails'', ''worker-1'', 10);';
 
 -- next_claim_at -------------------------------------------------------------
@@ -162,6 +292,9 @@ DECLARE
     first_run_at bigint;
     first_lease_end bigint;
     next_at bigint;
+    lim alk.limited_queues;
+    held_until bigint;
+    win alk.queue_rate_windows;
 BEGIN
     PERFORM alk._check_name('queue', next_claim_at.queue);
     -- A paused queue has nothing to claim until alk.resume_queue notifies.
@@ -187,6 +320,20 @@ BEGIN
                  ORDER BY j.priority DESC, j.run_at LIMIT 1))
       INTO first_run_at
       FROM priorities p WHERE p.priority IS NOT NULL;
+    SELECT * INTO lim FROM alk.limited_queues l WHERE l.queue = next_claim_at.queue;
+    -- Due jobs, all of them in full serial groups: not claimable now, so the
+    -- earliest future run_at instead (a group frees up when its running job
+    -- ends, by a settle that claims again or by its lease, counted below).
+    IF first_run_at <= clock AND NOT EXISTS (
+        SELECT FROM alk.jobs j
+         WHERE j.queue = next_claim_at.queue AND j.state = 'pending' AND j.after_left = 0 AND j.run_at <= clock
+           AND (j.group_key IS NULL
+                OR alk._group_has_room(j.queue, j.group_key, j.priority, j.run_at, j.id, clock,
+                                       coalesce(lim.max_running_per_group, 1)))) THEN
+        SELECT min(j.run_at) INTO first_run_at
+          FROM alk.jobs j WHERE j.queue = next_claim_at.queue AND j.state = 'pending' AND j.after_left = 0
+           AND j.run_at > clock;
+    END IF;
     -- The first lease to lapse (one probe of jobs_claim_lapsed). A lease is
     -- claimable once claim_expires_at < now, i.e. from the next second on.
     SELECT min(j.claim_expires_at) INTO first_lease_end
@@ -195,6 +342,29 @@ BEGIN
     IF next_at IS NULL THEN
         RETURN NULL;
     END IF;
+    -- Queue limits hold the claim back further. max_running full: until the
+    -- first valid lease lapses (an ack that frees a slot sooner claims again
+    -- itself, or wakes nobody: NULL would mean the same wait).
+    IF lim.max_running IS NOT NULL
+       AND (SELECT count(*) FROM alk.jobs j WHERE j.queue = next_claim_at.queue AND j.state = 'processing'
+               AND j.claim_expires_at >= clock) >= lim.max_running THEN
+        SELECT alk._sat_add(min(j.claim_expires_at), 1) INTO held_until
+          FROM alk.jobs j WHERE j.queue = next_claim_at.queue AND j.state = 'processing'
+           AND j.claim_expires_at >= clock;
+        next_at := greatest(next_at, held_until);
+    END IF;
+    -- The rate window in force is spent: until it ends (NULL when it would
+    -- end past the clock's range: never).
+    IF lim.rate IS NOT NULL THEN
+        SELECT * INTO win FROM alk.queue_rate_windows w WHERE w.queue = next_claim_at.queue;
+        IF win.started_at IS NOT NULL AND clock <= alk._sat_add(win.started_at, lim.rate_period_s - 1)
+           AND win.claims >= lim.rate THEN
+            IF win.started_at > 9223372036854775807 - lim.rate_period_s THEN
+                RETURN NULL;
+            END IF;
+            next_at := greatest(next_at, win.started_at + lim.rate_period_s);
+        END IF;
+    END IF;
     RETURN greatest(next_at, clock);
 END
 $$;
@@ -202,5 +372,7 @@ COMMENT ON FUNCTION alk.next_claim_at(text) IS
 'When alk.claim on this queue can next return a job: now when one is due (or a lease has lapsed), else the earliest '
 'run_at of a pending job or the second after the earliest lease ends, whichever comes first; NULL when the queue has '
 'no pending or processing job, or is paused. A worker sleeps until then (or until a NOTIFY on alk.queue_channel). '
-'Due jobs that claim will bury (out of attempts, expired) count as claimable. '
+'Due jobs that claim will bury (out of attempts, expired) count as claimable; due jobs of full serial groups do not. '
+'Queue limits push it later: max_running full, to the second after the first valid lease ends; the rate window '
+'spent, to the window''s end (NULL when that is past the clock''s range). '
 'Example: SELECT alk.next_claim_at(''emails'') - alk.now() AS seconds_to_wait;';

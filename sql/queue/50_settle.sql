@@ -525,7 +525,8 @@ CREATE TYPE alk.settle_claim_row AS (
     attempts_refunded bigint,
     headers jsonb,
     result jsonb,
-    completed_at bigint
+    completed_at bigint,
+    group_key text
 );
 COMMENT ON TYPE alk.settle_claim_row IS
 'A row of alk.settle_and_claim: kind ''settled'' (id, queue, attempts = the token given, state = what it led to or '
@@ -544,7 +545,7 @@ AS $$
     SELECT 'settled'::text, s.job_id, $1, s.state, NULL::jsonb, NULL::bigint, NULL::bigint, s.attempt,
            NULL::bigint, NULL::text, NULL::bigint, NULL::bigint, NULL::bigint, NULL::bigint, NULL::bigint,
            NULL::bigint, NULL::bigint, NULL::text, NULL::bigint, NULL::text, NULL::bigint,
-           NULL::jsonb, NULL::jsonb, NULL::bigint
+           NULL::jsonb, NULL::jsonb, NULL::bigint, NULL::text
       FROM alk._settle(alk._name_ok('queue', $1, false), $2, $4, $5, $6, $7, $8, $9) s
     UNION ALL
     SELECT 'claimed'::text, c.* FROM alk._claim(alk._name_ok('queue', $1, false), $2, $3) c

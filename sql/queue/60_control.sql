@@ -1,6 +1,6 @@
 -- pyalk queue, control outside a claim (docs/contract.md#queue): jobs by id
 -- (cancel, get_job), the expiry and retention sweep, redrive of dead jobs
--- (requeue_dead), pause and resume, completed-job retention.
+-- (requeue_dead), pause and resume, completed-job retention, queue limits.
 --
 -- After the worker's path (enqueue, claim, settle): these are an application's
 -- or an operator's, and reuse its rules (alk._wake, alk._purge_at). Landed in
@@ -8,7 +8,7 @@
 -- pause and resume, 0026 completed jobs and their retention, 0027 the cancel
 -- notice to a processing job's holder, 0028 dependencies (35_after.sql): a
 -- cancelled or purged job releases, an expired one buries, a requeued one
--- revives the jobs enqueued after it.
+-- revives the jobs enqueued after it; 0029 queue limits.
 
 -- operations by id --------------------------------------------------------
 
@@ -58,7 +58,7 @@ AS $$
     SELECT j.id, j.queue, j.state, j.payload, j.priority, j.run_at, j.attempts, j.max_attempts, j.worker_id,
            j.claimed_at, j.claim_expires_at, j.created_at, j.expires_at, j.visibility_timeout_s,
            j.backoff_base_s, j.dead_letter_retention_s, j.last_error, j.died_at, j.dedup_key,
-           j.attempts_refunded, j.headers, j.result, j.completed_at
+           j.attempts_refunded, j.headers, j.result, j.completed_at, j.group_key
       FROM alk.jobs j WHERE j.queue = $1 AND j.id = $2
 $$;
 COMMENT ON FUNCTION alk._get_job(text, bigint) IS 'internal: get_job for an already validated queue name';
@@ -268,6 +268,98 @@ $$;
 COMMENT ON FUNCTION alk.queue_retention(text) IS
 'Seconds this queue keeps acked jobs as completed (alk.set_queue_retention); 0 when they are deleted at ack. '
 'Example: SELECT alk.queue_retention(''emails'');';
+
+-- queue limits ----------------------------------------------------------------
+
+-- The whole set at once: every limit the call leaves NULL is lifted. No
+-- limit left: no row, so the queue's claims take no claim lock.
+CREATE FUNCTION alk.set_queue_limits(queue text, max_running bigint DEFAULT NULL, rate bigint DEFAULT NULL,
+                                     rate_period_s bigint DEFAULT NULL, max_running_per_group bigint DEFAULT NULL)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    q text := alk._name_ok('queue', set_queue_limits.queue, false);
+    previous alk.limited_queues;
+    wanted alk.limited_queues := ROW(q, max_running, rate, rate_period_s, max_running_per_group);
+BEGIN
+    IF max_running <= 0 THEN
+        PERFORM alk._raise('LK002', 'max_running must be > 0 or NULL (no limit), got ' || max_running);
+    END IF;
+    IF rate <= 0 THEN
+        PERFORM alk._raise('LK002', 'rate must be > 0 or NULL (no limit), got ' || rate);
+    END IF;
+    IF rate_period_s <= 0 THEN
+        PERFORM alk._raise('LK002', 'rate_period_s must be > 0 or NULL (no limit), got ' || rate_period_s);
+    END IF;
+    IF max_running_per_group <= 0 THEN
+        PERFORM alk._raise('LK002', 'max_running_per_group must be > 0 or NULL (the default, 1), got '
+            || max_running_per_group);
+    END IF;
+    IF (rate IS NULL) <> (rate_period_s IS NULL) THEN
+        PERFORM alk._raise('LK002', 'rate and rate_period_s go together: both set (rate claims per rate_period_s '
+            || 'seconds) or both NULL, got rate ' || coalesce(rate::text, 'NULL') || ' and rate_period_s '
+            || coalesce(rate_period_s::text, 'NULL'));
+    END IF;
+    -- Waits for a claim of the queue in progress (it holds this row).
+    SELECT * INTO previous FROM alk.limited_queues l WHERE l.queue = q FOR NO KEY UPDATE;
+    IF num_nulls(max_running, rate, max_running_per_group) = 3 THEN
+        DELETE FROM alk.limited_queues l WHERE l.queue = q;
+        DELETE FROM alk.queue_rate_windows w WHERE w.queue = q;
+    ELSE
+        INSERT INTO alk.limited_queues AS l (queue, max_running, rate, rate_period_s, max_running_per_group)
+        VALUES (q, max_running, rate, rate_period_s, max_running_per_group)
+        ON CONFLICT ON CONSTRAINT limited_queues_pkey DO UPDATE
+           SET max_running = excluded.max_running, rate = excluded.rate, rate_period_s = excluded.rate_period_s,
+               max_running_per_group = excluded.max_running_per_group;
+        IF rate IS NULL THEN
+            DELETE FROM alk.queue_rate_windows w WHERE w.queue = q;
+        END IF;
+    END IF;
+    IF previous IS NOT DISTINCT FROM wanted OR (previous.queue IS NULL AND wanted.max_running IS NULL
+            AND wanted.rate IS NULL AND wanted.max_running_per_group IS NULL) THEN
+        RETURN false;
+    END IF;
+    -- Looser limits may leave room now: idle workers claim again at commit.
+    PERFORM pg_catalog.pg_notify(alk._queue_channel(q), '');
+    RETURN true;
+END
+$$;
+COMMENT ON FUNCTION alk.set_queue_limits(text, bigint, bigint, bigint, bigint) IS
+'Set a queue''s claim limits, all at once (each NULL lifts that limit; all NULL: none). max_running: claims never '
+'leave more than this many of the queue''s jobs processing with a valid lease (lapsed leases do not count). rate per '
+'rate_period_s (set together): at most rate jobs claimed in each window of rate_period_s seconds of alk.now(), a '
+'fixed window opened by the first claim after the last one ended. max_running_per_group: jobs with one group_key run '
+'at most this many at a time (NULL: 1). Claims return fewer jobs, never an error; a queue with limits is claimed one '
+'claim at a time, under READ COMMITTED only. Values <= 0 are LK002. True when the limits changed (idle workers are '
+'woken). Example: SELECT alk.set_queue_limits(''emails'', max_running => 5, rate => 100, rate_period_s => 60);';
+
+CREATE TYPE alk.queue_limit AS (
+    queue text,
+    max_running bigint,
+    rate bigint,
+    rate_period_s bigint,
+    max_running_per_group bigint
+);
+COMMENT ON TYPE alk.queue_limit IS 'A queue''s claim limits as alk.queue_limits returns them (NULL: not set).';
+
+CREATE FUNCTION alk.queue_limits(queue text)
+RETURNS SETOF alk.queue_limit
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+ROWS 1
+AS $$
+    -- Always one row: a queue without limits has all of them NULL.
+    SELECT q.name, l.max_running, l.rate, l.rate_period_s, l.max_running_per_group
+      FROM (SELECT alk._name_ok('queue', $1, false) AS name) q
+      LEFT JOIN alk.limited_queues l ON l.queue = q.name
+$$;
+COMMENT ON FUNCTION alk.queue_limits(text) IS
+'A queue''s claim limits (alk.set_queue_limits): one row, queue, max_running, rate, rate_period_s, '
+'max_running_per_group, each NULL when not set (max_running_per_group NULL: 1). '
+'Example: SELECT * FROM alk.queue_limits(''emails'');';
 
 -- pause and resume ------------------------------------------------------------
 

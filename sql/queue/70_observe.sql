@@ -226,7 +226,7 @@ BEGIN
     SELECT j.id, j.queue, j.state, j.payload, j.priority, j.run_at, j.attempts, j.max_attempts, j.worker_id,
            j.claimed_at, j.claim_expires_at, j.created_at, j.expires_at, j.visibility_timeout_s,
            j.backoff_base_s, j.dead_letter_retention_s, j.last_error, j.died_at, j.dedup_key,
-           j.attempts_refunded, j.headers, j.result, j.completed_at
+           j.attempts_refunded, j.headers, j.result, j.completed_at, j.group_key
       FROM alk.jobs j
      WHERE j.queue = list_jobs.queue
        AND (state IS NULL OR j.state = state)

@@ -11,7 +11,7 @@ import psycopg
 import pytest
 from psycopg_pool import AsyncConnectionPool
 
-from pyalk import AsyncAlk, CodecError, InvalidArgument, InvalidName, Job, QueueOpts
+from pyalk import AsyncAlk, CodecError, InvalidArgument, InvalidName, Job, QueueLimits, QueueOpts
 from tests.conftest import pin_clock
 
 
@@ -302,3 +302,26 @@ async def test_headers_travel_with_the_job(alk, db):
     with pytest.raises(CodecError):
         await queue.enqueue("x", headers={"bad": math.inf})
     assert jobs_in(db) == 4
+
+
+async def test_limits_and_group_keys_bind(alk):
+    queue = alk.queue("q")
+    assert await queue.limits() == QueueLimits("q", None, None, None, None)
+    assert await queue.set_limits(max_running=2, rate=10, rate_period_s=timedelta(minutes=1)) is True
+    assert await queue.limits() == QueueLimits("q", 2, 10, 60, None)
+    with pytest.raises(InvalidArgument):
+        await queue.set_limits(max_running=0)
+    with pytest.raises(InvalidArgument):
+        await queue.set_limits(rate=5)
+    first = await queue.enqueue(1, group_key="g")
+    await queue.enqueue_batch([2, 3], group_keys=["g", None])
+    with pytest.raises(InvalidArgument):
+        await queue.enqueue_batch([4, 5], group_keys=["g"])
+    with pytest.raises(InvalidName):
+        await queue.enqueue(6, group_key="")
+    claimed = await queue.claim_batch("w", 10)
+    # max_running 2: the group's first job and the job without a group.
+    assert [(h.job.payload, h.job.group_key) for h in claimed] == [(1, "g"), (3, None)]
+    assert claimed[0].id == first
+    assert await queue.set_limits() is True
+    assert await queue.limits() == QueueLimits("q", None, None, None, None)

@@ -838,3 +838,27 @@ async def test_a_cancelled_buffered_job_is_dropped_before_it_starts(alk, db, cap
     assert ran == [first]
     assert (counts.claimed, counts.acked, counts.cancelled, counts.released, counts.lost) == (1, 1, 1, 0, 0)
     assert job_rows(db) == []
+
+
+async def test_a_worker_on_a_queue_with_max_running_1_runs_one_at_a_time_without_spinning(alk, db):
+    queue = alk.queue("q")
+    await queue.set_limits(max_running=1)
+    await queue.enqueue_batch(list(range(12)))
+    running = 0
+    most = 0
+
+    async def handler(job: AsyncJobHandle) -> None:
+        nonlocal running, most
+        running += 1
+        most = max(most, running)
+        await AsyncRuntime.yield_now()
+        running -= 1
+
+    recorder = Recorder()
+    worker = AsyncWorker(queue, handler, concurrency=8, burst=True, handle_signals=False, observer=recorder)
+    counts = await worker.run()
+    assert (counts.claimed, counts.acked, most) == (12, 12, 1)
+    # A claim that comes back short because of the limit waits for the
+    # running job's outcome (carried by the next claim), not a timer: a few
+    # claims per job, not a poll storm.
+    assert len(recorder.claims) <= 3 * 12 + 3, recorder.claims
