@@ -6,7 +6,7 @@
 -- or an operator's, and reuse its rules (alk._wake, alk._purge_at). Landed in
 -- 0002_queue.sql (by id, sweep) and 0007_worker.sql (requeue_dead); 0009 added
 -- pause and resume, 0026 completed jobs and their retention, 0027 the cancel
--- notice to a processing job's holder.
+-- notice to a processing job's holder, 0030 the cancel notice to a waiting producer.
 
 -- operations by id --------------------------------------------------------
 
@@ -31,6 +31,10 @@ BEGIN
     IF was = 'processing' AND holder IS NOT NULL THEN
         PERFORM pg_catalog.pg_notify(alk._worker_channel(holder), 'cancel ' || job_id);
     END IF;
+    -- A producer waiting for the job's outcome (65_outcome.sql) learns too.
+    IF EXISTS (SELECT FROM alk.queue_settings s WHERE s.queue = cancel.queue) THEN
+        PERFORM pg_catalog.pg_notify(alk._outcome_channel(cancel.queue), job_id || ' cancelled');
+    END IF;
     RETURN true;
 END
 $$;
@@ -38,6 +42,7 @@ COMMENT ON FUNCTION alk.cancel(text, bigint) IS
 'Delete a pending or processing job whatever its lease; true if a row went. Dead and completed jobs stay for '
 'inspection (false). A processing job''s holder is told at commit: ''cancel <job_id>'' on its control channel '
 '(alk.worker_register), so its handler is cancelled; its later ack, nack or settle is refused as for any lost job. '
+'On a queue that keeps completed jobs, ''<job_id> cancelled'' goes to alk.outcome_channel as well. '
 'Example: SELECT alk.cancel(''emails'', 42);';
 
 CREATE FUNCTION alk._get_job(queue text, job_id bigint)
