@@ -1,7 +1,7 @@
 -- pyalk 0030: job_outcome (issue 27, point 4: a producer waits for a job's outcome without polling). On a queue that
 -- keeps completed jobs, a job that becomes completed or dead is announced at commit on the queue's outcome channel
--- (alk.outcome_channel) with the payload '<job_id> <state>', by one trigger on alk.jobs (jobs_outcome, whose WHEN
--- clause lets every other update through without a call); alk.cancel announces '<job_id> cancelled' there. Queues
+-- (alk.outcome_channel) with the payload '<job_id> <state>', by one trigger on alk.jobs (jobs_outcome, on UPDATEs
+-- that set died_at or completed_at: never the claim's); alk.cancel announces '<job_id> cancelled' there. Queues
 -- without retention announce nothing: an ordinary queue's ack (a delete) costs nothing more. Producers and readers
 -- get alk.outcome_channel, producers alk.queue_retention (re-granted by alk._regrant()). Signatures stay.
 
@@ -159,7 +159,7 @@ COMMENT ON FUNCTION alk.outcome_channel(text) IS
 'Example: SELECT alk.outcome_channel(''emails''); then LISTEN "<that channel>";';
 
 -- hand-written: the trigger (after its function above).
-CREATE TRIGGER jobs_outcome AFTER UPDATE OF state ON alk.jobs
+CREATE TRIGGER jobs_outcome AFTER UPDATE OF died_at, completed_at ON alk.jobs
     FOR EACH ROW WHEN (NEW.state IN ('completed', 'dead') AND OLD.state IS DISTINCT FROM NEW.state)
     EXECUTE FUNCTION alk._notify_outcome();
 COMMENT ON TRIGGER jobs_outcome ON alk.jobs IS
