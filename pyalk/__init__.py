@@ -17,6 +17,7 @@ from pyalk._async.executor import AsyncExecutor
 from pyalk._async.job import AsyncJobHandle
 from pyalk._async.lock import AsyncLock
 from pyalk._async.outbox import AsyncOutbox
+from pyalk._async.outcome import AsyncDeferredJob
 from pyalk._async.queue import AsyncQueue
 from pyalk._async.schedule import AsyncSchedules
 from pyalk._async.stream import AsyncStream, AsyncSubscription
@@ -26,6 +27,7 @@ from pyalk._sync.executor import Executor
 from pyalk._sync.job import JobHandle
 from pyalk._sync.lock import Lock
 from pyalk._sync.outbox import Outbox
+from pyalk._sync.outcome import DeferredJob
 from pyalk._sync.queue import Queue
 from pyalk._sync.schedule import Schedules
 from pyalk._sync.stream import Stream, Subscription
@@ -38,11 +40,16 @@ from pyalk.errors import (
     InvalidArgument,
     InvalidName,
     InvalidSchedule,
+    JobCancelled,
+    JobDied,
+    JobNotFound,
     LeadershipLost,
     LockLost,
     LockNotAcquired,
+    NoResultKept,
     NotPermitted,
     SchemaMismatch,
+    WaitTimeout,
 )
 from pyalk.stop_token import AsyncStopToken, StopToken
 from pyalk.tasks import Task, TaskError, Tasks
@@ -54,6 +61,7 @@ __all__ = [
     "Alk",
     "AlkError",
     "AsyncAlk",
+    "AsyncDeferredJob",
     "AsyncExecutor",
     "AsyncJobHandle",
     "AsyncLock",
@@ -67,18 +75,23 @@ __all__ = [
     "ClaimInTransaction",
     "CodecError",
     "ConnectError",
+    "DeferredJob",
     "Executor",
     "Fired",
     "InvalidArgument",
     "InvalidName",
     "InvalidSchedule",
     "Job",
+    "JobCancelled",
+    "JobDied",
     "JobHandle",
+    "JobNotFound",
     "LeadershipLost",
     "Lock",
     "LockInfo",
     "LockLost",
     "LockNotAcquired",
+    "NoResultKept",
     "NotPermitted",
     "Outbox",
     "PermanentError",
@@ -97,6 +110,7 @@ __all__ = [
     "Task",
     "TaskError",
     "Tasks",
+    "WaitTimeout",
     "Worker",
     "WorkerCounts",
     "WorkerInfo",

@@ -7,6 +7,8 @@ class here, with the server's message. Codec errors never reach the server.
 
 from __future__ import annotations
 
+from typing import Any
+
 import psycopg
 
 #: Errors after which a loop (a worker, the scheduler, the outbox relay)
@@ -89,6 +91,35 @@ class LockLost(AlkError):
     """Leaving ``with alk.lock(...)``: a renewal found the lock taken by
     another owner while the block ran (the lease lapsed), so the block did
     not run exclusively."""
+
+
+class NoResultKept(AlkError):
+    """Waiting for a job's outcome on a queue that keeps no completed jobs
+    (its acks delete the job, so there is no result to wait for): set a
+    retention first (``queue.set_retention``, ``alk.set_queue_retention``)."""
+
+
+class JobNotFound(AlkError, LookupError):
+    """Waiting for a job that is not there: never enqueued on that queue,
+    cancelled or purged, or acked while its queue kept no completed jobs."""
+
+
+class JobCancelled(AlkError):
+    """The job a caller waited for was cancelled (``alk.cancel``): it has no outcome."""
+
+
+class JobDied(AlkError):
+    """The job a caller waited for is dead (failed, out of attempts or
+    expired); ``job`` is its row, ``job.last_error`` says why."""
+
+    def __init__(self, message: str, job: Any = None) -> None:
+        super().__init__(message)
+        #: The dead :class:`~pyalk.Job`.
+        self.job = job
+
+
+class WaitTimeout(AlkError, TimeoutError):
+    """The job a caller waited for had no outcome within the timeout (it may still have one later)."""
 
 
 #: SQLSTATE -> exception class, the single map the docs and tests check.

@@ -5,7 +5,7 @@
     @tasks.task(max_attempts=5)
     def send_email(to: str, subject: str = "hello") -> None: ...
 
-    send_email.defer(alk, to="ada@example.com")      # enqueue; returns the job id
+    job = send_email.defer(alk, to="ada@example.com")  # enqueue; job.id, job.wait() for its result
     pyalk worker myapp.tasks:tasks --queue emails     # runs every task of the queue
 
 A task's job is an ordinary job whose payload is ``{"task": <name>, "args":
@@ -31,7 +31,9 @@ from pyalk.worker.errors import PermanentError
 
 if TYPE_CHECKING:
     from pyalk._async.client import AsyncAlk
+    from pyalk._async.outcome import AsyncDeferredJob
     from pyalk._sync.client import Alk
+    from pyalk._sync.outcome import DeferredJob
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -89,13 +91,15 @@ class Task(Generic[P, R]):
                 arguments[name] = value
         return {"task": self.name, "args": _to_json(arguments)}
 
-    def defer(self, alk: Alk, /, *args: P.args, **kwargs: P.kwargs) -> int:
-        """Enqueue a job that runs this task with these arguments; its id."""
-        return alk.queue(self.queue).enqueue(self.payload(*args, **kwargs), **self.options)
+    def defer(self, alk: Alk, /, *args: P.args, **kwargs: P.kwargs) -> DeferredJob:
+        """Enqueue a job that runs this task with these arguments; the job
+        (``.id``, and ``.wait(timeout)`` for what the task returned, on a
+        queue that keeps completed jobs)."""
+        return alk.queue(self.queue).defer(self.payload(*args, **kwargs), **self.options)
 
-    async def defer_async(self, alk: AsyncAlk, /, *args: P.args, **kwargs: P.kwargs) -> int:
+    async def defer_async(self, alk: AsyncAlk, /, *args: P.args, **kwargs: P.kwargs) -> AsyncDeferredJob:
         """:meth:`defer` for an :class:`~pyalk.AsyncAlk`."""
-        return await alk.queue(self.queue).enqueue(self.payload(*args, **kwargs), **self.options)
+        return await alk.queue(self.queue).defer(self.payload(*args, **kwargs), **self.options)
 
     def arguments(self, args: Any) -> dict[str, Any]:
         """The keyword arguments for a job's ``args``, converted to the

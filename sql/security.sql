@@ -37,14 +37,16 @@ AS $$
         ('reader', 'list_locks'),
         -- the registry of running workers (0024)
         ('reader', 'workers'),
-        -- a queue's completed-job retention (0026)
-        ('reader', 'queue_retention'),
+        -- a queue's completed-job retention (0026), where its outcomes are announced (0030)
+        ('reader', 'queue_retention'), ('reader', 'outcome_channel'),
         -- a queue's claim limits (0029)
         ('reader', 'queue_limits'),
         -- producer: write work and events, and look at what it wrote
         ('producer', 'enqueue'), ('producer', 'enqueue_batch'), ('producer', 'outbox_enqueue'),
         ('producer', 'outbox_enqueue_batch'), ('producer', 'publish'), ('producer', 'publish_batch'),
         ('producer', 'get_job'), ('producer', 'outbox_get_job'),
+        -- wait for a job's outcome: the queue keeps it, and where it is announced (0030)
+        ('producer', 'queue_retention'), ('producer', 'outcome_channel'),
         -- worker: claim and settle jobs (pyalk worker, outbox delivery),
         -- consume streams with checkpoints, hold its own locks
         ('worker', 'claim'), ('worker', 'ack'), ('worker', 'ack_batch'), ('worker', 'retry'), ('worker', 'fail'),
@@ -158,7 +160,8 @@ SET search_path = pg_catalog, pg_temp
 AS $$ SELECT alk._grant_kind($1, 'producer') $$;
 COMMENT ON FUNCTION alk.grant_producer(text) IS
 'Let role produce: enqueue, enqueue_batch, outbox_enqueue, outbox_enqueue_batch, publish, publish_batch, get_job, '
-'outbox_get_job and the clock. Idempotent; returns how many functions it granted. '
+'outbox_get_job, queue_retention and outcome_channel (to wait for a job''s outcome) and the clock. Idempotent; '
+'returns how many functions it granted. '
 'Example: SELECT alk.grant_producer(''web_app'');';
 
 CREATE FUNCTION alk.grant_worker(role text)

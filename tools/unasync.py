@@ -57,6 +57,7 @@ NAMES: dict[str, str] = {
     "AsyncConnectionPool": "ConnectionPool",
     # pyalk's own classes (pyalk/_async and pyalk.runtime)
     "AsyncAlk": "Alk",
+    "AsyncDeferredJob": "DeferredJob",
     "AsyncEvent": "Event",
     "AsyncJobHandle": "JobHandle",
     "AsyncLock": "Lock",

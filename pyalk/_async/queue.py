@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 from pyalk import _codec
 from pyalk._async.job import AsyncJobHandle
+from pyalk._async.outcome import AsyncDeferredJob, wait_for_outcome
+from pyalk.errors import InvalidArgument
 from pyalk.values import (
     JOB_COLUMNS,
     QUEUE_LIMITS_COLUMNS,
@@ -69,11 +71,12 @@ _LIST_JOBS = (
 _REQUEUE_DEAD = "SELECT alk.requeue_dead(%(queue)s, %(job_ids)s::bigint[])"
 _SETTLE_AND_CLAIM = (
     "SELECT kind, " + JOB_COLUMNS + " FROM alk.settle_and_claim(%(queue)s, %(worker_id)s, %(n)s::bigint,"
-    " %(job_ids)s::bigint[], %(attempts)s::bigint[], %(outcomes)s::text[], %(errs)s::text[])"
+    " %(job_ids)s::bigint[], %(attempts)s::bigint[], %(outcomes)s::text[], %(errs)s::text[], NULL::bigint[],"
+    " %(results)s::jsonb[])"
 )
 _SETTLE = (
     "SELECT state FROM alk.settle(%(job_ids)s::bigint[], %(worker_id)s, %(attempts)s::bigint[],"
-    " %(outcomes)s::text[], %(errs)s::text[], NULL::bigint[], %(queue)s)"
+    " %(outcomes)s::text[], %(errs)s::text[], NULL::bigint[], %(queue)s, %(results)s::jsonb[])"
 )
 _SET_RETENTION = "SELECT alk.set_queue_retention(%(queue)s, %(completed_s)s::bigint)"
 _RETENTION = "SELECT alk.queue_retention(%(queue)s)"
@@ -196,6 +199,40 @@ class AsyncQueue:
         params["after"] = after_ids(after)
         return int(await self.executor.value(_ENQUEUE, params, conn=conn, transactional=True))
 
+    async def defer(
+        self,
+        payload: Any,
+        *,
+        delay: int | timedelta | None = None,
+        run_at: int | datetime | None = None,
+        priority: int | None = None,
+        max_attempts: int | None = None,
+        expires: int | timedelta | None = None,
+        dedup_key: str | None = None,
+        headers: dict[str, Any] | None = None,
+        group_key: str | None = None,
+        after: Iterable[int] | None = None,
+        conn: AsyncConnection | None = None,
+    ) -> AsyncDeferredJob:
+        """:meth:`enqueue`, returning the job as an :class:`AsyncDeferredJob`
+        whose ``wait()`` returns its result once a worker completed it (the
+        queue must keep completed jobs: :meth:`set_retention`)."""
+        job_id = await self.enqueue(payload, delay=delay, run_at=run_at, priority=priority,
+                                    max_attempts=max_attempts, expires=expires, dedup_key=dedup_key,
+                                    headers=headers, group_key=group_key, after=after, conn=conn)
+        return AsyncDeferredJob(self.executor, self.name, job_id)
+
+    async def wait_for_result(self, job_id: int, *, timeout: float | None = None) -> Any:
+        """Wait, without polling, for job ``job_id`` to be completed and
+        return its result (None when its handler returned None). Raises
+        :class:`~pyalk.JobDied` (dead: failed, out of attempts, expired),
+        :class:`~pyalk.JobCancelled`, :class:`~pyalk.JobNotFound`,
+        :class:`~pyalk.NoResultKept` (the queue keeps no completed jobs) or
+        :class:`~pyalk.WaitTimeout` after ``timeout`` seconds (None: no
+        limit). LISTENs on ``alk.outcome_channel`` on a connection of its own
+        while it waits."""
+        return (await wait_for_outcome(self.executor, self.name, job_id, timeout)).result
+
     async def enqueue_batch(
         self,
         payloads: Iterable[Any],
@@ -275,11 +312,15 @@ class AsyncQueue:
         )
 
     def _outcome_params(
-        self, worker_id: str, outcomes: Sequence[tuple[Job, str, str | None]]
+        self, worker_id: str, outcomes: Sequence[tuple[Job, str, str | None]],
+        results: Sequence[str | None] | None,
     ) -> dict[str, Any]:
         # Array literals built here: psycopg dumps a list element by element
         # in Python (a regex per element), most of a batch's encoding cost.
         # Which statement settles the batch (all acks or mixed) is alk._settle's to tell.
+        if results is not None and len(results) != len(outcomes):
+            raise InvalidArgument(f"results must have one entry per outcome: got {len(results)} for "
+                                  f"{len(outcomes)} outcomes")
         return {
             "queue": self.name,
             "worker_id": _codec.text(worker_id, "worker_id"),
@@ -287,25 +328,31 @@ class AsyncQueue:
             "attempts": _bigint_array([job.attempts for job, _, _ in outcomes]),
             "outcomes": _text_array([kind for _, kind, _ in outcomes]),
             "errs": _text_array([err for _, _, err in outcomes]),
+            # No result at all (the usual batch): NULL, nothing more to send.
+            "results": None if results is None or not any(r is not None for r in results) else _text_array(results),
         }
 
-    async def settle(self, worker_id: str, outcomes: Sequence[tuple[Job, str, str | None]]) -> list[str | None]:
+    async def settle(self, worker_id: str, outcomes: Sequence[tuple[Job, str, str | None]], *,
+                     results: Sequence[str | None] | None = None) -> list[str | None]:
         """``alk.settle``: record many claimed jobs' outcomes (``(job, 'ack' |
         'retry' | 'fail', error text)``) in one round trip; per outcome, the
         state it led to ('acked', 'pending', 'dead'), None when the claim was
-        no longer valid."""
+        no longer valid. ``results`` (aligned with ``outcomes``): each ack's
+        result as JSON text (``json.dumps`` of it; None: none), kept when the
+        queue keeps completed jobs."""
         if not outcomes:
             return []
-        rows = await self.executor.rows(_SETTLE, self._outcome_params(worker_id, outcomes))
+        rows = await self.executor.rows(_SETTLE, self._outcome_params(worker_id, outcomes, results))
         return [row[0] for row in rows]
 
     async def settle_and_claim(
-        self, worker_id: str, n: int, outcomes: Sequence[tuple[Job, str, str | None]] = ()
+        self, worker_id: str, n: int, outcomes: Sequence[tuple[Job, str, str | None]] = (), *,
+        results: Sequence[str | None] | None = None,
     ) -> tuple[list[str | None], list[AsyncJobHandle]]:
-        """``alk.settle_and_claim``: settle ``outcomes`` as :meth:`settle`
-        does, then claim up to ``n``, in one call and one transaction; the
-        settled states and the claimed jobs."""
-        params = self._outcome_params(worker_id, outcomes)
+        """``alk.settle_and_claim``: settle ``outcomes`` (and ``results``) as
+        :meth:`settle` does, then claim up to ``n``, in one call and one
+        transaction; the settled states and the claimed jobs."""
+        params = self._outcome_params(worker_id, outcomes, results)
         params["n"] = _codec.bigint(n, "n")
         states: list[str | None] = []
         handles: list[AsyncJobHandle] = []

@@ -7,11 +7,11 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
-from pyalk.cli import dashboard, demo, outbox, queue, schedule, schema, server, worker, workers
+from pyalk.cli import dashboard, demo, jobs, outbox, queue, schedule, schema, server, worker, workers
 from pyalk.cli.common import REPORTED, Command, literal_console, report
 
 #: In the order ``pyalk --help`` lists them.
-GROUPS = (schema, demo, server, worker, workers, queue, schedule, outbox, dashboard)
+GROUPS = (schema, demo, server, worker, workers, queue, jobs, schedule, outbox, dashboard)
 
 
 def parser() -> argparse.ArgumentParser:

@@ -1,11 +1,10 @@
-"""The queue commands: ``pyalk enqueue``, ``pyalk status`` (alk.queue_stats),
-``pyalk jobs`` (alk.list_jobs) and ``pyalk requeue-dead``."""
+"""The queue commands: ``pyalk enqueue``, ``pyalk status`` (alk.queue_stats)
+and ``pyalk requeue-dead``; the jobs themselves are pyalk/cli/jobs.py's."""
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import sys
 import time
 from collections.abc import Sequence
@@ -17,7 +16,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
-from pyalk import Alk, Job, QueueStats
+from pyalk import Alk, QueueStats
 from pyalk.cli.common import (
     Commands,
     UsageError,
@@ -26,7 +25,6 @@ from pyalk.cli.common import (
     database_options,
     json_argument,
     literal_console,
-    one_line,
     plural,
     positive_float,
     positive_int,
@@ -162,64 +160,6 @@ def cmd_status(args: argparse.Namespace, console: Console) -> None:
                 live.update(stats_table(alk, args.queue, console.width), refresh=True)
 
 
-def cmd_jobs(args: argparse.Namespace, console: Console) -> None:
-    with client(args) as alk:
-        jobs = alk.queue(args.queue).list_jobs(args.state, limit=args.limit, after_id=args.after_id)
-    if args.json:
-        print_json([dataclasses.asdict(job) for job in jobs])
-        return
-    if not jobs:
-        console.print(f"no {args.state + ' ' if args.state else ''}jobs in {args.queue!r}", soft_wrap=True)
-        return
-    console.print(jobs_table(jobs, Text(f"{args.state or 'all'} jobs of {args.queue!r}"), console.width))
-    if len(jobs) == args.limit:
-        console.print(f"more may follow: --after-id {jobs[-1].id}")
-
-
-#: The jobs table's headers; a narrow console stacks them at their line breaks.
-JOBS_HEADERS = ("id", "state", "attempts", "run at\n(UTC)", "worker", "last\nerror", "payload")
-#: Room the last error and the payload want between them before a narrower layout is tried.
-ROOMY = 2 * 12
-
-
-def jobs_table(jobs: Sequence[Job], title: Text, width: int) -> Table:
-    """One line per job in ``width`` columns: cells never wrap (a payload is
-    never broken mid-word); the last error and the payload share what the
-    other columns leave and end in an ellipsis when they do not fit
-    (``--json`` has them whole). Headers are never cut: a narrow console
-    first stacks them, then loses the worker column."""
-    cells = [[
-        str(job.id), job.state, f"{job.attempts}/{job.max_attempts}",
-        stamp(job.died_at if job.state == "dead" else job.run_at), job.worker_id or "-",
-        one_line(job.last_error or "-"), json.dumps(job.payload, ensure_ascii=False),
-    ] for job in jobs]
-    worker = JOBS_HEADERS.index("worker")
-    layouts = []
-    for stacked, with_worker in ((False, True), (True, True), (False, False), (True, False)):
-        kept = [i for i in range(len(JOBS_HEADERS)) if with_worker or i != worker]
-        headers = [heading(JOBS_HEADERS[i], stacked) for i in kept]
-        rows = [[row[i] for i in kept] for row in cells]
-        widths = natural_widths(headers, rows)
-        left = width - table_width(widths[:-2], extra_columns=2)
-        least = header_width(headers[-2]), header_width(headers[-1])
-        layouts.append((headers, rows, widths, left, least))
-    # The first layout where the last error and the payload have room, else
-    # the first where their headers fit, else the narrowest.
-    headers, rows, widths, left, (error_least, payload_least) = next(
-        (layout for layout in layouts if layout[3] >= min(ROOMY, layout[2][-2] + layout[2][-1])),
-        next((layout for layout in layouts if layout[3] >= sum(layout[4])), layouts[-1]))
-    # Rich's own shrinking cuts headers and collapses no-wrap columns: share by hand.
-    error_width = max(error_least, min(widths[-2], left // 2))
-    payload_width = max(payload_least, min(widths[-1], left - error_width))
-    widths[-2:] = [max(error_least, min(widths[-2], left - payload_width)), payload_width]
-    table = Table(title=title, title_justify="left")
-    for header, column_width in zip(headers, widths, strict=True):
-        table.add_column(header, no_wrap=True, overflow="ellipsis", width=column_width)
-    for row in rows:
-        table.add_row(*(Text(cell) for cell in row))
-    return table
-
-
 def cmd_requeue_dead(args: argparse.Namespace, console: Console) -> None:
     with client(args) as alk, console.status(Text(f"requeueing dead jobs of {args.queue!r}")):
         moved = alk.queue(args.queue).requeue_dead(args.ids)
@@ -249,15 +189,6 @@ def register(commands: Commands) -> None:
     status.add_argument("--json", action="store_true", help="one JSON array of alk.queue_stats rows, for scripts")
     database_options(status)
     status.set_defaults(run=cmd_status)
-
-    jobs = commands.add_parser("jobs", help="list the jobs of a queue (alk.list_jobs)")
-    jobs.add_argument("queue")
-    jobs.add_argument("--state", choices=("pending", "processing", "dead"))
-    jobs.add_argument("--limit", type=positive_int, default=20, help="most jobs listed (default: %(default)s)")
-    jobs.add_argument("--after-id", type=int, help="page on: the last id of the previous page")
-    jobs.add_argument("--json", action="store_true", help="one JSON array of whole rows, for scripts")
-    database_options(jobs)
-    jobs.set_defaults(run=cmd_jobs)
 
     requeue = commands.add_parser("requeue-dead", help="send dead jobs back to pending (alk.requeue_dead)")
     requeue.add_argument("queue")

@@ -25,7 +25,7 @@ from pyalk.dashboard import charts, security
 from pyalk.dashboard.data import ACTIONS, EXACT_LIMIT, Data, JobKey, make_pool
 from pyalk.dashboard.metrics import QueueMetrics
 
-STATES = ("pending", "processing", "dead")
+STATES = ("pending", "processing", "dead", "completed")
 PAGE_SIZE = 50
 #: How much of a payload a page shows before offering the whole of it.
 PAYLOAD_SHOWN = 64 * 1024
@@ -192,6 +192,7 @@ class Dashboard:
         pretty = _pretty(job["payload"])
         return await self._render(request, "job.html", job=job, queue=queue, now=await self.data.now(),
                                   payload=pretty[:PAYLOAD_SHOWN], payload_chars=len(pretty),
+                                  result=_pretty(job.get("result")), headers=_pretty(job.get("headers")),
                                   cut=len(pretty) > PAYLOAD_SHOWN,
                                   full_url="/job/payload?" + urlencode({"queue": queue, "id": job_id}))
 

@@ -8,7 +8,8 @@
 -- pause and resume, 0026 completed jobs and their retention, 0027 the cancel
 -- notice to a processing job's holder, 0028 dependencies (35_after.sql): a
 -- cancelled or purged job releases, an expired one buries, a requeued one
--- revives the jobs enqueued after it; 0029 queue limits.
+-- revives the jobs enqueued after it; 0029 queue limits; 0030 the cancel
+-- notice to a waiting producer.
 
 -- operations by id --------------------------------------------------------
 
@@ -39,6 +40,10 @@ BEGIN
     IF was = 'processing' AND holder IS NOT NULL THEN
         PERFORM pg_catalog.pg_notify(alk._worker_channel(holder), 'cancel ' || job_id);
     END IF;
+    -- A producer waiting for the job's outcome (65_outcome.sql) learns too.
+    IF EXISTS (SELECT FROM alk.queue_settings s WHERE s.queue = cancel.queue) THEN
+        PERFORM pg_catalog.pg_notify(alk._outcome_channel(cancel.queue), job_id || ' cancelled');
+    END IF;
     RETURN true;
 END
 $$;
@@ -47,6 +52,7 @@ COMMENT ON FUNCTION alk.cancel(text, bigint) IS
 'inspection (false). A processing job''s holder is told at commit: ''cancel <job_id>'' on its control channel '
 '(alk.worker_register), so its handler is cancelled; its later ack, nack or settle is refused as for any lost job. '
 'Jobs enqueued after it (alk.enqueue''s after) no longer wait for it, as after an ack. '
+'On a queue that keeps completed jobs, ''<job_id> cancelled'' goes to alk.outcome_channel as well. '
 'Example: SELECT alk.cancel(''emails'', 42);';
 
 CREATE FUNCTION alk._get_job(queue text, job_id bigint)

@@ -18,7 +18,7 @@ WIDTH = 80
 LONG_QUEUE = "billing-invoices-monthly"
 LONG_WORKER = "worker-host.internal.example.com:123456:0f3e9a"
 STATUS_WORDS = ["queue", "ready", "scheduled", "running", "lapsed", "dead", "oldest", "ready", "next", "due"]
-JOBS_WORDS = ["id", "state", "attempts", "run", "at", "(UTC)", "last", "error", "payload"]
+JOBS_WORDS = ["id", "state", "attempts", "at", "(UTC)", "error", "or", "result", "payload"]
 
 
 def jobs_in_every_state(db: psycopg.Connection, queue: str, *, ready: int) -> None:
@@ -93,8 +93,8 @@ def test_a_wide_terminal_keeps_one_line_headers_and_the_worker(capsys, dsn, db, 
     code, out, err = run(capsys, "jobs", LONG_QUEUE, "--state", "processing", "--dsn", dsn)
     assert code == 0, err
     header = next(line for line in out.splitlines() if line.startswith("┃"))
-    assert header.split() == ["┃", "id", "┃", "state", "┃", "attempts", "┃", "run", "at", "(UTC)", "┃", "worker", "┃",
-                              "last", "error", "┃", "payload", "┃"]
+    assert header.split() == ["┃", "id", "┃", "state", "┃", "attempts", "┃", "at", "(UTC)", "┃", "worker", "┃",
+                              "error", "or", "result", "┃", "payload", "┃"]
     assert LONG_WORKER in out
     code, out, err = run(capsys, "status", "--dsn", dsn)
     assert code == 0, err

@@ -158,3 +158,27 @@ def test_bad_requests_are_400_with_the_reason_and_missing_jobs_404(client):
     assert client.get("/queue?name=emails&after=1,2").status_code == 400
     assert client.get("/job?queue=emails&id=987654").status_code == 404
     assert client.get("/queue?name=").status_code == 400
+
+
+def test_a_completed_job_is_listed_and_shows_its_result_and_headers_escaped(client, db):
+    db.execute("SELECT alk.set_queue_retention(%s, 3600)", [HOSTILE])
+    job_id = db.execute("SELECT alk.enqueue(%s, '{\"n\": 1}', headers => %s::jsonb)",
+                        [HOSTILE, '{"traceparent": "<b>x</b>"}']).fetchone()[0]  # type: ignore[index]
+    db.execute("SELECT alk.claim(%s, 'w1', 1)", [HOSTILE])
+    assert db.execute("SELECT alk.ack(%s, 'w1', 1, %s, %s::jsonb)",
+                      [job_id, HOSTILE, '{"html": "<script>alert(9)</script>"}']).fetchone()[0]  # type: ignore[index]
+    listing = client.get(f"/queue?name={quote(HOSTILE)}&state=completed")
+    assert listing.status_code == 200
+    assert_escaped(listing.text)
+    assert f"id={job_id}" in listing.text
+    page = client.get(f"/job?queue={quote(HOSTILE)}&id={job_id}")
+    assert page.status_code == 200
+    assert "<script>alert(9)" not in page.text
+    assert_escaped(page.text)
+    result = re.search(r'<pre class="json" id="job-result">(.*?)</pre>', page.text, re.S)
+    assert result and html.unescape(result.group(1)) == '{\n  "html": "<script>alert(9)</script>"\n}'
+    headers = re.search(r'<pre class="json" id="job-headers">(.*?)</pre>', page.text, re.S)
+    assert headers and html.unescape(headers.group(1)) == '{\n  "traceparent": "<b>x</b>"\n}'
+    assert '<span class="pill ok" id="job-state">completed</span>' in page.text
+    assert "<th>completed_at</th>" in page.text
+    assert "Cancel this job" not in page.text and "Requeue this job" not in page.text

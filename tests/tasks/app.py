@@ -46,3 +46,12 @@ async def hello(name: str) -> None:
 @async_tasks.task
 def plain(name: str) -> None:
     calls.append(("plain", name))
+
+
+sums = pyalk.Tasks(queue="sums")
+
+
+@sums.task
+def add(a: int, b: int) -> dict[str, int]:
+    """A task whose return value becomes its job's result."""
+    return {"sum": a + b}

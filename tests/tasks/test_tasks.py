@@ -37,9 +37,9 @@ def work(capsys, dsn: str, *argv: str) -> tuple[int, str, str]:
 
 def test_defer_enqueues_the_payload_convention_with_the_task_defaults(dsn, db):
     with pyalk.Alk(dsn) as alk:
-        job_id = app.send_email.defer(alk, to=app.Address("ada@example.com"), subject="hi")
+        job = app.send_email.defer(alk, to=app.Address("ada@example.com"), subject="hi")
         app.send_email.configure(priority=9).defer(alk, app.Address("bob@x"), "later", retry_count=2)
-    assert isinstance(job_id, int)
+    assert isinstance(job, pyalk.DeferredJob) and isinstance(job.id, int) and job.queue == "emails"
     assert rows(db, "emails") == [
         ({"task": "send_email", "args": {"to": {"email": "ada@example.com", "name": ""}, "subject": "hi"}},
          "pending", None, 0, 5),
@@ -149,6 +149,25 @@ def test_a_registry_with_an_async_task_runs_on_asyncio_and_plain_ones_in_threads
     assert code == 0, err
     assert "2 acked" in out
     assert sorted(app.calls) == [("hello", "ada"), ("plain", "bob")]
+
+
+def test_a_deferred_task_waits_for_what_the_task_returned(capsys, dsn, db):
+    with pyalk.Alk(dsn) as alk:
+        alk.queue("sums").set_retention(60)
+        job = app.add.defer(alk, a=2, b=3)
+        code, _, err = work(capsys, dsn, "tests.tasks.app:sums")
+        assert code == 0, err
+        assert job.wait(timeout=30) == {"sum": 5}
+
+
+async def test_a_deferred_async_task_waits_too(capsys, dsn, db):
+    async with pyalk.AsyncAlk(dsn) as alk:
+        await alk.queue("sums").set_retention(60)
+        job = await app.add.defer_async(alk, a=1, b=1)
+        assert isinstance(job, pyalk.AsyncDeferredJob)
+        code, _, err = work(capsys, dsn, "tests.tasks.app:sums")  # a blocking task: the threaded worker
+        assert code == 0, err
+        assert await job.wait(timeout=30) == {"sum": 2}
 
 
 def test_a_registry_in_python_through_the_worker_class(dsn, db):

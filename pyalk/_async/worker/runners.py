@@ -10,10 +10,13 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from pyalk import _codec
 from pyalk._async.job import AsyncJobHandle
 from pyalk._async.worker.heartbeat import AsyncHeartbeater, Running
 from pyalk._async.worker.settlement import AsyncSettlementBatcher, Outcome
+from pyalk.errors import CodecError
 from pyalk.runtime import AsyncEvent, AsyncRuntime
+from pyalk.values import Job
 from pyalk.worker.buffer import PrefetchBuffer, lease_margin
 from pyalk.worker.errors import Snooze, error_text, one_line
 from pyalk.worker.in_flight import InFlight
@@ -128,9 +131,10 @@ class AsyncRunners:
             logger.debug("job %d started (attempt %d)", job.id, job.attempts, extra=tally.fields(job))
         try:
             error: Exception | None = None
+            returned: Any = None
             running.task = task = AsyncRuntime.current()
             try:
-                await self.handler(handle)
+                returned = await self.handler(handle)
             except Exception as caught:
                 error = caught
             except AsyncRuntime.CANCELLED:
@@ -153,7 +157,8 @@ class AsyncRunners:
                 if debug:
                     logger.debug("job %d done in %.3fs", job.id, duration,
                                  extra=tally.fields(job, duration_s=duration))
-                self._settler.add(Outcome(handle, "ack", None, None, duration))
+                self._settler.add(Outcome(handle, "ack", None, None, duration,
+                                          None if returned is None else self._result(job, returned)))
             elif isinstance(error, Snooze):
                 running.next_beat = math.inf  # no heartbeat for a job being given back
                 await self._snooze(handle, error.seconds)
@@ -164,6 +169,18 @@ class AsyncRunners:
             self._in_flight.remove(running)
             if self._burst and not self._buffer.jobs:
                 self._wake.set()  # maybe the last: the claim loop looks whether the burst is over
+
+    def _result(self, job: Job, returned: Any) -> str | None:
+        """The handler's return value as the ack's result (JSON text), kept
+        when the queue keeps completed jobs. One that JSON cannot hold is
+        logged and the job acked without a result: it did run, and running it
+        again would not make its return value storable."""
+        try:
+            return _codec.payload(returned, "result")
+        except CodecError as error:
+            logger.warning("job %d: the handler's return value is not stored as its result (%s); acked without one",
+                           job.id, error, extra=self._tally.fields(job))
+            return None
 
     def cancel(self, job_id: int) -> None:
         """alk.cancel took job ``job_id`` from this worker (``cancel <job_id>``

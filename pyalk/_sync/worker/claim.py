@@ -185,7 +185,8 @@ class ClaimLoop:
         try:
             if outcomes:
                 states, handles = self.queue.settle_and_claim(
-                    self.worker_id, wanted, [(o.handle.job, o.kind, o.error) for o in outcomes])
+                    self.worker_id, wanted, [(o.handle.job, o.kind, o.error) for o in outcomes],
+                    results=[o.result for o in outcomes])
             else:
                 # Nothing to carry (an idle worker's wake-up): the plain claim
                 # is the same rule, without the settle branch's cost.

@@ -317,7 +317,8 @@ class Worker:
 
     def _settle_batch(self, batch: list[Outcome]) -> Sequence[Settled]:
         """Settle one batch of outcomes (the flush loop's call): the state each led to."""
-        return self.queue.settle(self.worker_id, [(o.handle.job, o.kind, o.error) for o in batch])
+        return self.queue.settle(self.worker_id, [(o.handle.job, o.kind, o.error) for o in batch],
+                                       results=[o.result for o in batch])
 
     def _settled(self, batch: Sequence[Outcome], states: Sequence[Settled], seconds: float) -> None:
         """What a settle call (the flush loop's, or a claim's) led to: counted and logged."""

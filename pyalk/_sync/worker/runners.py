@@ -11,10 +11,13 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from pyalk import _codec
 from pyalk._sync.job import JobHandle
 from pyalk._sync.worker.heartbeat import Heartbeater, Running
 from pyalk._sync.worker.settlement import SettlementBatcher, Outcome
+from pyalk.errors import CodecError
 from pyalk.runtime import Event, Runtime
+from pyalk.values import Job
 from pyalk.worker.buffer import PrefetchBuffer, lease_margin
 from pyalk.worker.errors import Snooze, error_text, one_line
 from pyalk.worker.in_flight import InFlight
@@ -129,9 +132,10 @@ class Runners:
             logger.debug("job %d started (attempt %d)", job.id, job.attempts, extra=tally.fields(job))
         try:
             error: Exception | None = None
+            returned: Any = None
             running.task = task = Runtime.current()
             try:
-                self.handler(handle)
+                returned = self.handler(handle)
             except Exception as caught:
                 error = caught
             except Runtime.CANCELLED:
@@ -154,7 +158,8 @@ class Runners:
                 if debug:
                     logger.debug("job %d done in %.3fs", job.id, duration,
                                  extra=tally.fields(job, duration_s=duration))
-                self._settler.add(Outcome(handle, "ack", None, None, duration))
+                self._settler.add(Outcome(handle, "ack", None, None, duration,
+                                          None if returned is None else self._result(job, returned)))
             elif isinstance(error, Snooze):
                 running.next_beat = math.inf  # no heartbeat for a job being given back
                 self._snooze(handle, error.seconds)
@@ -165,6 +170,18 @@ class Runners:
             self._in_flight.remove(running)
             if self._burst and not self._buffer.jobs:
                 self._wake.set()  # maybe the last: the claim loop looks whether the burst is over
+
+    def _result(self, job: Job, returned: Any) -> str | None:
+        """The handler's return value as the ack's result (JSON text), kept
+        when the queue keeps completed jobs. One that JSON cannot hold is
+        logged and the job acked without a result: it did run, and running it
+        again would not make its return value storable."""
+        try:
+            return _codec.payload(returned, "result")
+        except CodecError as error:
+            logger.warning("job %d: the handler's return value is not stored as its result (%s); acked without one",
+                           job.id, error, extra=self._tally.fields(job))
+            return None
 
     def cancel(self, job_id: int) -> None:
         """alk.cancel took job ``job_id`` from this worker (``cancel <job_id>``

@@ -40,6 +40,7 @@ class Outcome:
     error: str | None = None  # the error text of a retry or fail
     exception: BaseException | None = None  # what the handler raised (for the log)
     duration: float = 0.0  # the handler's seconds
+    result: str | None = None  # an ack's result: the handler's return value as JSON text
 
 
 #: What settling an outcome led to, as the SQL reports it: 'acked',
