@@ -346,6 +346,10 @@ def soak(ctx: Context, key: str, title: str, held: bool) -> RowResult:
                 else:
                     after = max((s for s in vacuum_seen[label].values() if s is not None), default=0.0)
                     vacuum[label] = f"autovacuum after {after:.0f} s"
+                if label == PYALK:
+                    # "Within one rotation": the one a worker's next jobs or a cron call make.
+                    answer = conns[label].execute("SELECT alk.rotate_jobs(0)").fetchone()
+                    vacuum[label] += f", then one alk.rotate_jobs(0): {answer[0] if answer else None}"
                 sizes[label]["after vacuum"] = queue_sizes(conns[label], label)
     records = _records(per_run, sizes, vacuum, unavailable, held)
     load_end = _load()
@@ -361,7 +365,7 @@ def soak(ctx: Context, key: str, title: str, held: bool) -> RowResult:
         notes.append(
             "Queue MiB: pg_table_size + pg_indexes_size of "
             + "; ".join(f"{label} {', '.join(tables)}" for label, tables in QUEUE_TABLES.items())
-            + "; empty (installed), at the end, after the release and a vacuum."
+            + "; empty (installed), at the end, after the release and a vacuum (pyalk: and one rotation)."
         )
     for label, why in unavailable.items():
         notes.append(f"{label}: not run: {why}")

@@ -63,6 +63,8 @@ AS $$
         ('worker', 'try_lock'), ('worker', 'renew_lock'), ('worker', 'release_lock'), ('worker', 'get_lock'),
         -- a running worker keeps its row in the registry (0024)
         ('worker', 'worker_register'), ('worker', 'worker_beat'), ('worker', 'worker_deregister'),
+        -- workers rotate the job storage as they go (0028)
+        ('worker', 'rotate_jobs'),
         -- admin: everything above (alk._kind_functions adds it) and these
         ('admin', 'cancel'), ('admin', 'sweep_expired'), ('admin', 'outbox_sweep_expired'), ('admin', 'trim_to'),
         ('admin', 'requeue_dead'), ('admin', 'pause_queue'), ('admin', 'resume_queue'),

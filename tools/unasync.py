@@ -73,6 +73,7 @@ NAMES: dict[str, str] = {
     "AsyncQueue": "Queue",
     "AsyncReconnectingPool": "ReconnectingPool",
     "AsyncRegistration": "Registration",
+    "AsyncRotator": "Rotator",
     "AsyncRunners": "Runners",
     "AsyncRuntime": "Runtime",
     "AsyncSignals": "Signals",

@@ -18,6 +18,7 @@ from pyalk._async.executor import AsyncExecutor, Source
 from pyalk._async.lock import DEFAULT_TTL, AsyncLock
 from pyalk._async.outbox import AsyncOutbox
 from pyalk._async.queue import AsyncQueue, queue_stats
+from pyalk._async.rotation import rotate_jobs
 from pyalk._async.schedule import AsyncSchedules
 from pyalk._async.stream import AsyncStream
 from pyalk._async.worker import AsyncWorker
@@ -111,6 +112,14 @@ class AsyncAlk:
         (it learns at the commit); False when no such worker is registered.
         ``queue`` routes the call in a sharded deployment."""
         return await request_stop(self.executor, worker_id, queue, conn=conn)
+
+    # job storage (docs/design.md, "Job storage") --------------------------------
+
+    async def rotate_jobs(self, min_jobs: int | None = None, *, conn: AsyncConnection | None = None) -> str:
+        """``alk.rotate_jobs``: empty the current slot of the job storage once it
+        has taken ``min_jobs`` jobs (None: the server's default); 'rotated',
+        'not due', 'locked' or 'too many live jobs'. Workers call it as they go."""
+        return await rotate_jobs(self.executor, min_jobs, conn=conn)
 
     # scheduler (docs/schedule.md): compositions of ``self.schedules`` --------
 

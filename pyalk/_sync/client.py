@@ -19,6 +19,7 @@ from pyalk._sync.executor import Executor, Source
 from pyalk._sync.lock import DEFAULT_TTL, Lock
 from pyalk._sync.outbox import Outbox
 from pyalk._sync.queue import Queue, queue_stats
+from pyalk._sync.rotation import rotate_jobs
 from pyalk._sync.schedule import Schedules
 from pyalk._sync.stream import Stream
 from pyalk._sync.worker import Worker
@@ -112,6 +113,14 @@ class Alk:
         (it learns at the commit); False when no such worker is registered.
         ``queue`` routes the call in a sharded deployment."""
         return request_stop(self.executor, worker_id, queue, conn=conn)
+
+    # job storage (docs/design.md, "Job storage") --------------------------------
+
+    def rotate_jobs(self, min_jobs: int | None = None, *, conn: Connection | None = None) -> str:
+        """``alk.rotate_jobs``: empty the current slot of the job storage once it
+        has taken ``min_jobs`` jobs (None: the server's default); 'rotated',
+        'not due', 'locked' or 'too many live jobs'. Workers call it as they go."""
+        return rotate_jobs(self.executor, min_jobs, conn=conn)
 
     # scheduler (docs/schedule.md): compositions of ``self.schedules`` --------
 

@@ -19,6 +19,15 @@
 -- (kept for inspection until its retention lapses) or completed (acked on a
 -- queue with a completed-job retention, kept with its result until that
 -- lapses). cancel deletes; ack deletes unless the queue keeps completed jobs.
+--
+-- The table is partitioned by slot (docs/design.md, "Job storage"): new jobs
+-- go to the current one of two rotating slots, 0 and 1; alk.rotate_jobs
+-- moves the current slot's live rows into the other slot, its dead and
+-- completed rows into slot 2 (jobs_kept), and empties it with TRUNCATE. A
+-- claim walks the index entries its slot gathered since the last rotation,
+-- not every job the queue ever ran, and TRUNCATE gives the space back even
+-- while some snapshot holds VACUUM back. Every function reads and writes
+-- through the parent: which slot a row sits in is the rotation's business.
 
 CREATE TYPE alk.job AS (
     id bigint,
@@ -47,6 +56,32 @@ CREATE TYPE alk.job AS (
     group_key text
 );
 COMMENT ON TYPE alk.job IS 'A job as every queue function returns it: the resolved row, never the enqueuer''s raw options.';
+
+-- Which rotating slot takes new jobs, and where the last rotation found the
+-- id sequence (how many jobs the current slot has taken since). One row,
+-- written once per rotation only.
+CREATE TABLE alk.job_slots (
+    only_row boolean NOT NULL DEFAULT true,
+    current_slot bigint NOT NULL DEFAULT 0,
+    rotated_at_id bigint NOT NULL DEFAULT 0,
+    rotated_at bigint,
+    rotations bigint NOT NULL DEFAULT 0,
+    CONSTRAINT job_slots_pkey PRIMARY KEY (only_row),
+    CONSTRAINT job_slots_one_row CHECK (only_row),
+    CONSTRAINT job_slots_rotating CHECK (current_slot IN (0, 1))
+);
+COMMENT ON TABLE alk.job_slots IS
+'The slot of alk.jobs that takes new jobs, and the last rotation. Private: use alk.rotate_jobs.';
+INSERT INTO alk.job_slots DEFAULT VALUES;
+
+CREATE FUNCTION alk._job_slot()
+RETURNS bigint
+LANGUAGE sql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT s.current_slot FROM alk.job_slots s
+$$;
+COMMENT ON FUNCTION alk._job_slot() IS 'internal: the rotating slot of alk.jobs that takes new jobs';
 
 CREATE TABLE alk.jobs (
     id bigint GENERATED ALWAYS AS IDENTITY,
@@ -96,17 +131,28 @@ CREATE TABLE alk.jobs (
     -- at most that many (default 1) of a queue's jobs with one key run at a
     -- time. NULL: no group.
     group_key text,
-    -- The key holds the queue so the table can be hash-distributed by queue;
-    -- id leads it so ops by id (ack, retry, ...) are one probe of one index.
-    CONSTRAINT jobs_pkey PRIMARY KEY (id, queue),
+    -- The partition the row sits in (alk.job_slots): 0 or 1 for the rotating
+    -- slots, 2 for dead and completed rows a rotation moved out of them.
+    slot bigint NOT NULL DEFAULT alk._job_slot(),
+    -- The key holds the queue so the table can be hash-distributed by queue,
+    -- and the slot because a partitioned table's key must; id leads it so ops
+    -- by id (ack, retry, ...) are one probe of each slot's index.
+    CONSTRAINT jobs_pkey PRIMARY KEY (id, queue, slot),
     CONSTRAINT jobs_state_known CHECK (state IN ('pending', 'processing', 'dead', 'completed')),
     CONSTRAINT jobs_queue_named CHECK (queue <> '')
     -- Cross-column rules (a processing job has a lease, a dead one died_at,
     -- a completed one completed_at)
     -- are the functions' to keep: CHECKs cost every insert and claim ~10 us
     -- each, and the table has no other writer. The SQL tests pin them.
-);
+) PARTITION BY LIST (slot);
 COMMENT ON TABLE alk.jobs IS 'Every job of every queue. Private: use the alk.* functions.';
+CREATE TABLE alk.jobs_0 PARTITION OF alk.jobs FOR VALUES IN (0);
+COMMENT ON TABLE alk.jobs_0 IS 'Rotating slot 0 of alk.jobs (alk.rotate_jobs). Private: use the alk.* functions.';
+CREATE TABLE alk.jobs_1 PARTITION OF alk.jobs FOR VALUES IN (1);
+COMMENT ON TABLE alk.jobs_1 IS 'Rotating slot 1 of alk.jobs (alk.rotate_jobs). Private: use the alk.* functions.';
+CREATE TABLE alk.jobs_kept PARTITION OF alk.jobs FOR VALUES IN (2);
+COMMENT ON TABLE alk.jobs_kept IS
+'Dead and completed jobs a rotation moved out of the rotating slots. Private: use the alk.* functions.';
 
 -- The claim path: due pending jobs in claim order. Partial, so processing
 -- and dead rows, and pending jobs still waiting on their after jobs, never
@@ -129,8 +175,10 @@ CREATE INDEX jobs_completed ON alk.jobs (queue, purge_at) WHERE state = 'complet
 -- One live job per dedup key and queue; dead and completed rows keep their
 -- key for inspection without holding it. Enqueues insert with ON CONFLICT on
 -- it, so concurrent enqueues of one key leave one row, never a
--- read-then-write race.
-CREATE UNIQUE INDEX jobs_dedup ON alk.jobs (queue, dedup_key)
+-- read-then-write race. A partitioned table's unique index must hold the
+-- slot: it is unique per slot, and one slot holds every live keyed job
+-- because a keyed enqueue and a rotation never overlap (alk._rotation_lock).
+CREATE UNIQUE INDEX jobs_dedup ON alk.jobs (queue, dedup_key, slot)
     WHERE dedup_key IS NOT NULL AND state IN ('pending', 'processing');
 
 -- Serial groups (40_claim.sql): a grouped candidate is claimable only while
@@ -220,9 +268,16 @@ CREATE UNLOGGED TABLE alk.idle_workers (
 );
 COMMENT ON TABLE alk.idle_workers IS 'Workers waiting idle for a queue''s NOTIFY. Private: use alk.wait_for_jobs.';
 
--- A queue table drains and refills all day: vacuum it early and often so dead
--- index entries from claims and acks do not pile up between runs.
-ALTER TABLE alk.jobs SET (
+-- A slot drains and refills all day: vacuum it early and often so dead
+-- index entries from claims and acks do not pile up between rotations.
+-- (Storage parameters are the partitions', not the parent's.)
+ALTER TABLE alk.jobs_0 SET (
+    autovacuum_vacuum_scale_factor = 0.01,
+    autovacuum_vacuum_threshold = 500,
+    autovacuum_vacuum_insert_scale_factor = 0.05,
+    autovacuum_analyze_scale_factor = 0.02
+);
+ALTER TABLE alk.jobs_1 SET (
     autovacuum_vacuum_scale_factor = 0.01,
     autovacuum_vacuum_threshold = 500,
     autovacuum_vacuum_insert_scale_factor = 0.05,

@@ -76,11 +76,14 @@ BEGIN
     RETURN QUERY
     WITH inserted AS (
         INSERT INTO alk.jobs (queue, payload, priority, run_at, max_attempts, created_at, expires_at,
-                              visibility_timeout_s, backoff_base_s, dead_letter_retention_s, headers, group_key)
+                              visibility_timeout_s, backoff_base_s, dead_letter_retention_s, headers, group_key,
+                              slot)
         SELECT queue, p.payload, coalesce(priority, 0), v_run_at, coalesce(max_attempts, default_max_attempts),
                clock, alk._sat_add(clock, expires), coalesce(visibility_timeout_s, default_visibility_timeout_s),
                coalesce(backoff_base_s, default_backoff_base_s), dead_letter_retention_s, headers,
-               group_keys[p.ord]
+               group_keys[p.ord],
+               -- Once per statement (an InitPlan), not the column default's once per row.
+               (SELECT s.current_slot FROM alk.job_slots s)
         FROM unnest(payloads) WITH ORDINALITY AS p(payload, ord)
         ORDER BY p.ord
         RETURNING alk.jobs.id
@@ -149,28 +152,33 @@ BEGIN
     END IF;
     IF p_dedup_key IS NULL THEN
         INSERT INTO alk.jobs (queue, payload, priority, run_at, max_attempts, created_at, expires_at,
-                              visibility_timeout_s, backoff_base_s, dead_letter_retention_s, headers, group_key)
+                              visibility_timeout_s, backoff_base_s, dead_letter_retention_s, headers, group_key,
+                              slot)
         VALUES (p_queue, p_payload, p_priority,
                 CASE WHEN p_delay IS NOT NULL THEN alk._sat_add(p_clock, p_delay)
                      WHEN p_run_at IS NOT NULL THEN p_run_at ELSE p_clock END,
                 p_max_attempts, p_clock, alk._sat_add(p_clock, p_expires),
-                p_visibility_timeout_s, p_backoff_base_s, p_dead_letter_retention_s, p_headers, p_group_key)
+                p_visibility_timeout_s, p_backoff_base_s, p_dead_letter_retention_s, p_headers, p_group_key,
+                (SELECT s.current_slot FROM alk.job_slots s))
         RETURNING alk.jobs.id INTO v_id;
     ELSE
         PERFORM alk._name_ok('dedup_key', p_dedup_key, true);
+        -- No rotation while this transaction lasts, so the key's live holder
+        -- is in the slot we insert into (see jobs_dedup).
+        PERFORM pg_catalog.pg_advisory_xact_lock_shared(alk._rotation_lock());
         LOOP
             -- The unique index decides: a concurrent enqueue of the same key
             -- waits for ours (or we for it) and then does nothing.
             INSERT INTO alk.jobs (queue, payload, priority, run_at, max_attempts, created_at, expires_at,
                                   visibility_timeout_s, backoff_base_s, dead_letter_retention_s, dedup_key,
-                                  headers, group_key)
+                                  headers, group_key, slot)
             VALUES (p_queue, p_payload, p_priority,
                     CASE WHEN p_delay IS NOT NULL THEN alk._sat_add(p_clock, p_delay)
                          WHEN p_run_at IS NOT NULL THEN p_run_at ELSE p_clock END,
                     p_max_attempts, p_clock, alk._sat_add(p_clock, p_expires),
                     p_visibility_timeout_s, p_backoff_base_s, p_dead_letter_retention_s, p_dedup_key, p_headers,
-                    p_group_key)
-            ON CONFLICT (queue, dedup_key) WHERE dedup_key IS NOT NULL AND state IN ('pending', 'processing')
+                    p_group_key, (SELECT s.current_slot FROM alk.job_slots s))
+            ON CONFLICT (queue, dedup_key, slot) WHERE dedup_key IS NOT NULL AND state IN ('pending', 'processing')
             DO NOTHING
             RETURNING alk.jobs.id INTO v_id;
             EXIT WHEN v_id IS NOT NULL;

@@ -149,7 +149,9 @@ BEGIN
        SET state = 'pending', run_at = clock, attempts_refunded = j.attempts,
            worker_id = NULL, claimed_at = NULL, claim_expires_at = NULL,
            last_error = NULL, died_at = NULL, purge_at = NULL,
-           expires_at = alk._sat_add(clock, alk._sat_sub(j.expires_at, j.created_at))
+           expires_at = alk._sat_add(clock, alk._sat_sub(j.expires_at, j.created_at)),
+           -- Into the current slot, as requeue_dead's own (under its rotation lock).
+           slot = (SELECT s.current_slot FROM alk.job_slots s)
       FROM down d
      WHERE j.id = d.job_id AND j.queue = _after_revive.queue AND j.state = 'dead'
        -- requeue_dead's dedup rule: a key a live job holds stays with it.

@@ -163,6 +163,9 @@ DECLARE
     awaited bigint[];
 BEGIN
     PERFORM alk._check_name('queue', requeue_dead.queue);
+    -- Back into the current slot, where a keyed enqueue looks for the key's
+    -- holder; so, like a keyed enqueue, never beside a rotation.
+    PERFORM pg_catalog.pg_advisory_xact_lock_shared(alk._rotation_lock());
     -- A fresh life: pending and due now, every attempt spent so far refunded
     -- (attempts itself stays: its tokens stay dead), no worker, no error.
     -- The stamps and priority stay. An expiring job keeps its TTL, counted
@@ -178,7 +181,8 @@ BEGIN
                SET state = 'pending', run_at = clock, attempts_refunded = j.attempts,
                    worker_id = NULL, claimed_at = NULL, claim_expires_at = NULL,
                    last_error = NULL, died_at = NULL, purge_at = NULL,
-                   expires_at = alk._sat_add(clock, alk._sat_sub(j.expires_at, j.created_at))
+                   expires_at = alk._sat_add(clock, alk._sat_sub(j.expires_at, j.created_at)),
+                   slot = (SELECT s.current_slot FROM alk.job_slots s)
              WHERE j.queue = requeue_dead.queue AND j.state = 'dead'
                AND (j.dedup_key IS NULL OR (
                     NOT EXISTS (SELECT FROM alk.jobs h WHERE h.queue = j.queue AND h.dedup_key = j.dedup_key
@@ -194,7 +198,8 @@ BEGIN
                SET state = 'pending', run_at = clock, attempts_refunded = j.attempts,
                    worker_id = NULL, claimed_at = NULL, claim_expires_at = NULL,
                    last_error = NULL, died_at = NULL, purge_at = NULL,
-                   expires_at = alk._sat_add(clock, alk._sat_sub(j.expires_at, j.created_at))
+                   expires_at = alk._sat_add(clock, alk._sat_sub(j.expires_at, j.created_at)),
+                   slot = (SELECT s.current_slot FROM alk.job_slots s)
              WHERE j.queue = requeue_dead.queue AND j.state = 'dead' AND j.id = ANY (job_ids)
                AND (j.dedup_key IS NULL OR (
                     NOT EXISTS (SELECT FROM alk.jobs h WHERE h.queue = j.queue AND h.dedup_key = j.dedup_key

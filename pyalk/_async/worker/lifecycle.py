@@ -6,7 +6,8 @@ buffered, give running handlers the grace period, flush their outcomes).
 The parts, one role each: the prefetch buffer (pyalk/worker/buffer.py), the
 claim loop (claim.py) and its idle/wake handshake (advert.py), the runners
 (runners.py), the settlement batcher (settlement.py), the heartbeater
-(heartbeat.py), the row in the registry of workers (registry.py) and the
+(heartbeat.py), the row in the registry of workers (registry.py), the
+rotation of job storage (rotation.py) and the
 LISTEN connection (pyalk/_async/listener.py).
 """
 
@@ -28,6 +29,7 @@ from pyalk._async.worker.advert import BUSY_POLL, AsyncIdleAdvert
 from pyalk._async.worker.claim import AsyncClaimLoop
 from pyalk._async.worker.heartbeat import AsyncHeartbeater, Running
 from pyalk._async.worker.registry import AsyncRegistration
+from pyalk._async.worker.rotation import AsyncRotator
 from pyalk._async.worker.runners import AsyncRunners, Handler
 from pyalk._async.worker.settlement import AsyncSettlementBatcher, Outcome, Settled
 from pyalk.backoff import Backoff
@@ -176,6 +178,7 @@ class AsyncWorker:
             queue, self.worker_id, concurrency=concurrency, listener=self._listener, stop=self.stop,
             cancel=self._runners.cancel,
             holding=lambda: len(self._in_flight) + len(self._buffer) + len(self._settler), fields=self._fields)
+        self._rotator = AsyncRotator(queue, settled=lambda: self._tally.counts.finished, fields=self._fields)
 
     def __repr__(self) -> str:
         return (
@@ -260,6 +263,7 @@ class AsyncWorker:
             )
             tasks["acks"] = AsyncRuntime.spawn(self._settler.run, name="pyalk-worker-acks")
             tasks["registry"] = AsyncRuntime.spawn(self._registration.run, name="pyalk-worker-registry")
+            tasks["rotation"] = AsyncRuntime.spawn(self._rotator.run, name="pyalk-worker-rotation")
             if self.heartbeat:
                 tasks["heartbeats"] = AsyncRuntime.spawn(self._heartbeater.run, name="pyalk-worker-heartbeats")
             if self._listener is not None:
@@ -387,6 +391,7 @@ class AsyncWorker:
             logger.warning("stopping: no answer from the database in time to settle %d finished jobs; they run "
                            "again after their lease", unsettled, extra=self._fields())
         self._heartbeater.close()
+        self._rotator.close()
         self._registration.close()  # deregisters, within a bound: a silent server never holds up the exit
         if "registry" in tasks:
             await tasks["registry"].join(min(DEREGISTER_WITHIN, deadline.left()))

@@ -7,7 +7,8 @@ buffered, give running handlers the grace period, flush their outcomes).
 The parts, one role each: the prefetch buffer (pyalk/worker/buffer.py), the
 claim loop (claim.py) and its idle/wake handshake (advert.py), the runners
 (runners.py), the settlement batcher (settlement.py), the heartbeater
-(heartbeat.py), the row in the registry of workers (registry.py) and the
+(heartbeat.py), the row in the registry of workers (registry.py), the
+rotation of job storage (rotation.py) and the
 LISTEN connection (pyalk/_async/listener.py).
 """
 
@@ -29,6 +30,7 @@ from pyalk._sync.worker.advert import BUSY_POLL, IdleAdvert
 from pyalk._sync.worker.claim import ClaimLoop
 from pyalk._sync.worker.heartbeat import Heartbeater, Running
 from pyalk._sync.worker.registry import Registration
+from pyalk._sync.worker.rotation import Rotator
 from pyalk._sync.worker.runners import Runners, Handler
 from pyalk._sync.worker.settlement import SettlementBatcher, Outcome, Settled
 from pyalk.backoff import Backoff
@@ -177,6 +179,7 @@ class Worker:
             queue, self.worker_id, concurrency=concurrency, listener=self._listener, stop=self.stop,
             cancel=self._runners.cancel,
             holding=lambda: len(self._in_flight) + len(self._buffer) + len(self._settler), fields=self._fields)
+        self._rotator = Rotator(queue, settled=lambda: self._tally.counts.finished, fields=self._fields)
 
     def __repr__(self) -> str:
         return (
@@ -261,6 +264,7 @@ class Worker:
             )
             tasks["acks"] = Runtime.spawn(self._settler.run, name="pyalk-worker-acks")
             tasks["registry"] = Runtime.spawn(self._registration.run, name="pyalk-worker-registry")
+            tasks["rotation"] = Runtime.spawn(self._rotator.run, name="pyalk-worker-rotation")
             if self.heartbeat:
                 tasks["heartbeats"] = Runtime.spawn(self._heartbeater.run, name="pyalk-worker-heartbeats")
             if self._listener is not None:
@@ -388,6 +392,7 @@ class Worker:
             logger.warning("stopping: no answer from the database in time to settle %d finished jobs; they run "
                            "again after their lease", unsettled, extra=self._fields())
         self._heartbeater.close()
+        self._rotator.close()
         self._registration.close()  # deregisters, within a bound: a silent server never holds up the exit
         if "registry" in tasks:
             tasks["registry"].join(min(DEREGISTER_WITHIN, deadline.left()))

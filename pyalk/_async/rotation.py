@@ -1,0 +1,30 @@
+"""The rotation of job storage (sql/queue/15_rotation.sql, docs/design.md,
+"Job storage"): ``rotate_jobs`` calls alk.rotate_jobs, which empties the
+current slot of alk.jobs with TRUNCATE once it has taken enough jobs, and
+never waits for a lock. pyalk's worker calls it as it goes
+(pyalk/_async/worker/rotation.py); anything else may.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from pyalk import _codec
+
+if TYPE_CHECKING:
+    from psycopg import AsyncConnection
+
+    from pyalk._async.executor import AsyncExecutor
+
+_ROTATE = "SELECT alk.rotate_jobs()"
+_ROTATE_AFTER = "SELECT alk.rotate_jobs(min_jobs => %(min_jobs)s::bigint)"
+
+
+async def rotate_jobs(executor: AsyncExecutor, min_jobs: int | None = None, *,
+                      conn: AsyncConnection | None = None) -> str:
+    """``alk.rotate_jobs``: 'rotated', 'not due', 'locked' or 'too many live
+    jobs'. ``min_jobs``: the jobs the current slot must have taken since the
+    last rotation (None: the server's default)."""
+    if min_jobs is None:
+        return str(await executor.value(_ROTATE, {}, conn=conn))
+    return str(await executor.value(_ROTATE_AFTER, {"min_jobs": _codec.bigint(min_jobs, "min_jobs")}, conn=conn))

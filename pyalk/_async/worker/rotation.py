@@ -1,0 +1,84 @@
+"""The worker's share of the job storage's rotation (sql/queue/15_rotation.sql,
+docs/design.md, "Job storage"): while it settles jobs, it calls
+alk.rotate_jobs every :data:`ROTATE_EVERY` seconds, which empties the current
+slot once it has taken enough jobs. Any worker of any queue may be the one
+that rotates; each call costs one round trip and, when not due, nothing else.
+
+The rotation serves throughput, never correctness: a server without it (before
+version 0028), a role without the grant or any other refusal is logged once and
+the worker goes on without; a server that does not answer is tried again later.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+import psycopg
+
+from pyalk._async.queue import AsyncQueue
+from pyalk._async.rotation import rotate_jobs
+from pyalk.errors import TRANSIENT_ERRORS, AlkError, ConnectError
+from pyalk.runtime import AsyncEvent
+from pyalk.worker.errors import one_line
+from pyalk.worker.tally import LogFields
+
+logger = logging.getLogger("pyalk.worker")
+
+#: Seconds between calls while the worker settles jobs.
+ROTATE_EVERY = 0.1
+#: Seconds to wait after a call that found the slot held ('locked'): each try
+#: that waits for the lock holds up the claims queued behind it for a moment.
+AFTER_LOCKED = 0.5
+
+_PASSING: tuple[type[BaseException], ...] = (*TRANSIENT_ERRORS, ConnectError)
+
+
+class AsyncRotator:
+    """:meth:`run` calls alk.rotate_jobs while ``settled()`` (a count of the
+    worker's settled jobs) grows, until :meth:`close`."""
+
+    def __init__(self, queue: AsyncQueue, *, settled: Callable[[], int], fields: LogFields) -> None:
+        self._queue = queue
+        self._settled = settled
+        self._fields = fields
+        self._closed = AsyncEvent()
+        #: How each call answered, by answer (for tests and logs).
+        self.answers: dict[str, int] = {}
+        self._given_up = False
+        self._failing = False
+
+    def close(self) -> None:
+        self._closed.set()
+
+    async def run(self) -> None:
+        seen = self._settled()
+        while not self._closed.is_set() and not self._given_up:
+            wait = ROTATE_EVERY
+            now = self._settled()
+            if now != seen:
+                seen = now
+                if await self._rotate() == "locked":
+                    wait = AFTER_LOCKED
+            await self._closed.wait(wait)
+
+    async def _rotate(self) -> str | None:
+        try:
+            answer = await rotate_jobs(self._queue.executor)
+        except _PASSING as error:
+            if not self._failing:
+                logger.warning("alk.rotate_jobs failed (%s): trying again", one_line(error), extra=self._fields())
+            self._failing = True
+            return None
+        except (psycopg.Error, AlkError) as error:
+            # Not passing: no rotation on this server (before version 0028),
+            # no grant for this role.
+            self._given_up = True
+            logger.warning("not rotating the job storage (%s): working on without", one_line(error),
+                           extra=self._fields())
+            return None
+        self._failing = False
+        self.answers[answer] = self.answers.get(answer, 0) + 1
+        if answer == "rotated":
+            logger.debug("rotated the job storage", extra=self._fields())
+        return answer

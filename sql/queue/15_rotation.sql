@@ -1,0 +1,110 @@
+-- pyalk queue, the rotation of job storage (docs/contract.md#queue,
+-- docs/design.md "Job storage"): alk.rotate_jobs and the lock a keyed
+-- enqueue shares with it.
+--
+-- After the table: it moves alk.jobs' rows between its partitions; before
+-- enqueue, whose keyed path takes alk._rotation_lock. Landed in
+-- 0028_job_rotation.sql.
+
+-- A claim walks the pending index of every slot from the front, and each
+-- entry a claim or an ack left behind costs it a heap visit until VACUUM
+-- removes it, which no VACUUM can while any snapshot older than the entry
+-- is held. A rotation bounds that walk to the jobs the current slot took
+-- since the last rotation, and TRUNCATE returns the space at once.
+
+-- The advisory lock key a rotation takes exclusively and a keyed enqueue or
+-- requeue_dead shares: a live keyed job is then always in the current slot,
+-- where jobs_dedup (unique per slot) sees it. 'alk_rot' in ASCII.
+CREATE FUNCTION alk._rotation_lock()
+RETURNS bigint
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$ SELECT 27422281159569268::bigint $$;
+COMMENT ON FUNCTION alk._rotation_lock() IS
+'internal: the advisory lock key alk.rotate_jobs takes and keyed enqueues share';
+
+CREATE FUNCTION alk.rotate_jobs(min_jobs bigint DEFAULT 10000)
+RETURNS text
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    -- More live rows than this and the rotation waits for the backlog to
+    -- drain: moving them holds every claim, ack and enqueue of the slot
+    -- (about 2 ms per 1,000 rows, measured).
+    max_live constant bigint := 20000;
+    -- The longest a rotation waits for its lock, and so holds up the claims
+    -- and acks queued behind it.
+    max_wait_s constant double precision := 0.1;
+    previous_timeout text;
+    since bigint;
+    last_id bigint;
+    cur bigint;
+    nxt bigint;
+    live bigint;
+BEGIN
+    IF min_jobs IS NULL OR min_jobs < 0 THEN
+        PERFORM alk._raise('LK002', 'min_jobs must be >= 0, got ' || coalesce(min_jobs::text, 'NULL'));
+    END IF;
+    -- Never queue behind anybody: a waiting ACCESS EXCLUSIVE request would
+    -- stall every claim and ack behind it. Whoever holds a lock, we go.
+    IF NOT pg_catalog.pg_try_advisory_xact_lock(alk._rotation_lock()) THEN
+        RETURN 'locked';
+    END IF;
+    SELECT s.current_slot, s.rotated_at_id INTO cur, since FROM alk.job_slots s;
+    last_id := coalesce(pg_catalog.pg_sequence_last_value('alk.jobs_id_seq'), 0);
+    IF last_id - since < min_jobs THEN
+        RETURN 'not due';
+    END IF;
+    nxt := 1 - cur;
+    -- Every statement on alk.jobs locks every slot it may touch until its
+    -- transaction ends, and under load some claim or ack always holds the
+    -- slot. Wait for it, briefly (the statements that queue behind our
+    -- request wait as long), and only behind transactions under a second
+    -- old (claims, acks): behind an old one (an enqueue in a long
+    -- transaction, a pg_dump) we would stall everybody for nothing.
+    BEGIN
+        EXECUTE pg_catalog.format('LOCK TABLE alk.jobs_%s IN ACCESS EXCLUSIVE MODE NOWAIT', cur);
+    EXCEPTION WHEN lock_not_available THEN
+        IF EXISTS (SELECT FROM pg_catalog.pg_locks l JOIN pg_catalog.pg_stat_activity a ON a.pid = l.pid
+                    WHERE l.locktype = 'relation' AND l.database = a.datid AND l.granted
+                      AND l.relation = pg_catalog.format('alk.jobs_%s', cur)::regclass
+                      AND a.xact_start < pg_catalog.clock_timestamp() - interval '1 second') THEN
+            RETURN 'locked';
+        END IF;
+        previous_timeout := pg_catalog.current_setting('lock_timeout');
+        PERFORM pg_catalog.set_config('lock_timeout', (max_wait_s * 1000)::int::text, true);
+        BEGIN
+            EXECUTE pg_catalog.format('LOCK TABLE alk.jobs_%s IN ACCESS EXCLUSIVE MODE', cur);
+        EXCEPTION WHEN lock_not_available THEN
+            PERFORM pg_catalog.set_config('lock_timeout', previous_timeout, true);
+            RETURN 'locked';
+        END;
+        PERFORM pg_catalog.set_config('lock_timeout', previous_timeout, true);
+    END;
+    EXECUTE pg_catalog.format(
+        'SELECT count(*) FROM (SELECT FROM alk.jobs_%s j WHERE j.state IN (''pending'', ''processing'') LIMIT %s) l',
+        cur, max_live + 1) INTO live;
+    IF live > max_live THEN
+        RETURN 'too many live jobs';
+    END IF;
+    -- Through the parent, so the row moves whole (id, attempts, lease and
+    -- all: every token stays valid). Whoever waited for our lock takes its
+    -- snapshot after it, and finds the rows where they went.
+    EXECUTE pg_catalog.format(
+        'UPDATE alk.jobs SET slot = CASE WHEN state IN (''pending'', ''processing'') THEN %s ELSE 2 END WHERE slot = %s',
+        nxt, cur);
+    EXECUTE pg_catalog.format('TRUNCATE alk.jobs_%s', cur);
+    UPDATE alk.job_slots s
+       SET current_slot = nxt, rotated_at_id = last_id, rotated_at = alk.now(), rotations = s.rotations + 1;
+    RETURN 'rotated';
+END
+$$;
+COMMENT ON FUNCTION alk.rotate_jobs(bigint) IS
+'Rotate the job storage once the current slot has taken min_jobs jobs (ids) since the last rotation: its pending '
+'and processing jobs move to the other slot, its dead and completed jobs to the kept slot, and it is emptied with '
+'TRUNCATE, which gives the space back even while a snapshot holds VACUUM back. Waits at most 100 ms for its lock, '
+'and only behind transactions under a second old: returns '
+'''rotated'', ''not due'', ''locked'' (a transaction that touched the jobs is open, or a rotation runs: try again) '
+'or ''too many live jobs'' (over 20,000 pending and processing: waits for the backlog to drain). Workers call it; '
+'without workers, call it every second or so (pg_cron). '
+'Example: SELECT alk.rotate_jobs();';

@@ -1,0 +1,247 @@
+"""The rotation of job storage (sql/queue/15_rotation.sql, docs/design.md
+"Job storage"): alk.rotate_jobs moves what lives, keeps what is kept, empties
+the slot, never loses a job or revalidates a token, and never waits behind
+an old transaction."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+import pytest
+
+from tests.helpers import one, sqlstate_of
+
+
+def slot_of(db: psycopg.Connection, job_id: int) -> int:
+    return one(db, "SELECT slot FROM alk.jobs WHERE id = %s", job_id)
+
+
+def current_slot(db: psycopg.Connection) -> int:
+    return one(db, "SELECT current_slot FROM alk.job_slots")
+
+
+def rows(db: psycopg.Connection) -> list[tuple[Any, ...]]:
+    """Every job as the functions see it, slot aside."""
+    return db.execute("SELECT id, queue, state, payload, attempts, worker_id, claimed_at, claim_expires_at,"
+                      " last_error, died_at, dedup_key, result FROM alk.jobs ORDER BY id").fetchall()
+
+
+def slot_pages(db: psycopg.Connection, slot: int) -> int:
+    """Heap and index bytes of one rotating slot."""
+    return one(db, "SELECT pg_total_relation_size(%s::regclass)", f"alk.jobs_{slot}")
+
+
+def test_a_rotation_moves_live_jobs_keeps_dead_and_completed_and_empties_the_slot(db):
+    db.execute("SELECT alk.set_queue_retention('kept', 3600)")
+    pending = one(db, "SELECT alk.enqueue('q', '{\"n\": 1}')")
+    scheduled = one(db, "SELECT alk.enqueue('q', '{\"n\": 2}', delay => 600)")
+    running = one(db, "SELECT id FROM alk.claim('q', 'w', 1)")
+    held_token = one(db, "SELECT attempts FROM alk.jobs WHERE id = %s", running)
+    dead = one(db, "SELECT alk.enqueue('q', '{\"n\": 3}', max_attempts => 1, priority => 9)")
+    assert one(db, "SELECT id FROM alk.claim('q', 'w', 1)") == dead
+    assert one(db, "SELECT alk.fail(%s, 'w', 1, 'boom', queue => 'q')", dead) is True
+    done = one(db, "SELECT alk.enqueue('kept', '{}')")
+    one(db, "SELECT id FROM alk.claim('kept', 'w', 1)")
+    assert one(db, "SELECT alk.ack(%s, 'w', 1, 'kept', '{\"r\": 1}')", done) is True
+    before = rows(db)
+    old = current_slot(db)
+
+    assert one(db, "SELECT alk.rotate_jobs(0)") == "rotated"
+
+    assert current_slot(db) == 1 - old
+    assert rows(db) == before  # every job as it was: ids, attempts, leases, errors, results
+    assert slot_of(db, pending) == slot_of(db, scheduled) == slot_of(db, running) == 1 - old
+    assert slot_of(db, dead) == slot_of(db, done) == 2
+    assert one(db, f"SELECT count(*) FROM alk.jobs_{old}") == 0
+    # The token the claim returned still holds, in its new slot; a wrong one does not.
+    assert one(db, "SELECT alk.heartbeat(%s, 'w', %s, queue => 'q')", running, held_token + 1) is False
+    assert one(db, "SELECT alk.heartbeat(%s, 'w', %s, queue => 'q')", running, held_token) is True
+    assert one(db, "SELECT alk.ack(%s, 'w', %s, 'q')", running, held_token) is True
+    assert one(db, "SELECT alk.get_job('kept', %s)", done) is not None
+    assert one(db, "SELECT (alk.get_job('kept', %s)).result", done) == {"r": 1}
+
+
+def test_a_rotation_gives_the_space_back_while_a_snapshot_is_held(db, connect):
+    holder = connect()
+    holder.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+    holder.execute("SELECT 1")  # a snapshot, and no lock on the jobs
+    slot = current_slot(db)
+    empty = slot_pages(db, slot)
+    db.execute("SELECT alk.enqueue_batch('q', array_fill('{}'::jsonb, ARRAY[5000]))")
+    db.execute("SELECT alk.ack_batch(array_agg(id), 'w', array_agg(attempts), 'q') FROM alk.claim('q', 'w', 5000)")
+    db.execute("VACUUM alk.jobs")  # can remove nothing: the holder's snapshot is older
+    assert slot_pages(db, slot) > 10 * empty
+
+    assert one(db, "SELECT alk.rotate_jobs(0)") == "rotated"
+
+    assert slot_pages(db, slot) <= 2 * empty
+    holder.rollback()
+
+
+def test_not_due_until_the_slot_took_min_jobs(db):
+    db.execute("SELECT alk.enqueue_batch('q', array_fill('{}'::jsonb, ARRAY[10]))")
+    assert one(db, "SELECT alk.rotate_jobs(1000)") == "not due"
+    assert one(db, "SELECT alk.rotate_jobs(10)") == "rotated"
+    assert one(db, "SELECT alk.rotate_jobs(1)") == "not due"  # counted from the rotation on
+    assert one(db, "SELECT rotations FROM alk.job_slots") == 1
+
+
+@pytest.mark.parametrize("bad", [-1, None])
+def test_min_jobs_must_be_a_count(db, bad):
+    code, message = sqlstate_of(db, "SELECT alk.rotate_jobs(%s::bigint)", bad)
+    assert code == "LK002" and "min_jobs" in message
+
+
+def test_an_old_transaction_on_the_jobs_makes_it_return_at_once_and_block_nobody(db, connect):
+    reader = connect()
+    reader.execute("BEGIN")
+    reader.execute("SELECT count(*) FROM alk.jobs")  # a pg_dump-like reader: ACCESS SHARE on every slot
+    # The rule is about the holder's age: poll the server until it is over a second old.
+    deadline = time.monotonic() + 10
+    while one(db, "SELECT clock_timestamp() - xact_start > interval '1 second' FROM pg_stat_activity"
+                  " WHERE pid = %s", reader.info.backend_pid) is not True:
+        assert time.monotonic() < deadline
+        db.execute("SELECT pg_sleep(0.05)")
+    started = time.monotonic()
+    assert one(db, "SELECT alk.rotate_jobs(0)") == "locked"
+    assert time.monotonic() - started < 0.05  # no wait behind an old holder
+    assert one(db, "SELECT alk.enqueue('q', '{}')") > 0  # and nothing waits behind the rotation
+    reader.rollback()
+    assert one(db, "SELECT alk.rotate_jobs(0)") == "rotated"
+
+
+def test_a_young_transaction_is_waited_for_briefly(db, connect):
+    worker = connect()
+    worker.execute("BEGIN")
+    worker.execute("SELECT alk.enqueue('q', '{}')")
+    started = time.monotonic()
+    assert one(db, "SELECT alk.rotate_jobs(0)") == "locked"  # it stays open past the wait
+    waited = time.monotonic() - started
+    assert 0.08 <= waited < 1.0
+    worker.commit()
+
+
+def test_a_held_snapshot_blocks_no_rotation(db, connect):
+    holder = connect()
+    holder.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+    holder.execute("SELECT 1")
+    db.execute("SELECT alk.enqueue('q', '{}')")
+    started = time.monotonic()
+    assert one(db, "SELECT alk.rotate_jobs(0)") == "rotated"
+    assert time.monotonic() - started < 0.1
+    holder.rollback()
+
+
+def test_a_dedup_key_stays_unique_across_a_rotation(db):
+    first = one(db, "SELECT alk.enqueue('q', '{}', dedup_key => 'k')")
+    assert one(db, "SELECT alk.rotate_jobs(0)") == "rotated"
+    assert one(db, "SELECT alk.enqueue('q', '{}', dedup_key => 'k')") == first
+    assert one(db, "SELECT count(*) FROM alk.jobs WHERE dedup_key = 'k'") == 1
+
+
+def test_a_keyed_enqueue_in_flight_holds_off_the_rotation(db, connect):
+    producer = connect()
+    producer.execute("BEGIN")
+    producer.execute("SELECT alk.enqueue('q', '{}', dedup_key => 'k')")
+    assert one(db, "SELECT alk.rotate_jobs(0)") == "locked"  # the shared advisory lock, at once
+    producer.commit()
+    assert one(db, "SELECT alk.rotate_jobs(0)") == "rotated"
+    assert one(db, "SELECT alk.enqueue('q', '{}', dedup_key => 'k')") == one(
+        db, "SELECT id FROM alk.jobs WHERE dedup_key = 'k'")
+
+
+def test_requeued_dead_jobs_come_back_to_the_current_slot_and_run(db):
+    dead = one(db, "SELECT alk.enqueue('q', '{}', max_attempts => 1, dedup_key => 'k')")
+    one(db, "SELECT id FROM alk.claim('q', 'w', 1)")
+    assert one(db, "SELECT alk.fail(%s, 'w', 1, 'boom', queue => 'q')", dead) is True
+    assert one(db, "SELECT alk.rotate_jobs(0)") == "rotated"
+    assert slot_of(db, dead) == 2
+    assert one(db, "SELECT alk.requeue_dead('q')") == 1
+    assert slot_of(db, dead) == current_slot(db)
+    assert one(db, "SELECT alk.enqueue('q', '{}', dedup_key => 'k')") == dead  # the key is held again
+    assert one(db, "SELECT id FROM alk.claim('q', 'w', 1)") == dead
+
+
+def test_too_many_live_jobs_wait_for_the_backlog(db):
+    db.execute("SELECT alk.enqueue_batch('q', array_fill('{}'::jsonb, ARRAY[20001]))")
+    assert one(db, "SELECT alk.rotate_jobs(0)") == "too many live jobs"
+    db.execute("SELECT alk.ack_batch(array_agg(id), 'w', array_agg(attempts), 'q') FROM alk.claim('q', 'w', 2)")
+    assert one(db, "SELECT alk.rotate_jobs(0)") == "rotated"
+    assert one(db, "SELECT count(*) FROM alk.jobs") == 19999
+
+
+def test_concurrent_work_and_rotations_lose_nothing_and_run_nothing_twice(dsn, connect):
+    """Producers, claimers that ack, retry or let leases lapse, and a rotator,
+    all at once on real connections: every job ends acked exactly once per
+    valid claim, and no token is ever honoured twice."""
+    setup = connect()
+    setup.execute("CREATE TABLE public.acked (job_id bigint, attempt bigint)")
+    stop = threading.Event()
+    errors: list[BaseException] = []
+    enqueued: list[int] = []
+    rotations: list[str] = []
+
+    def guarded(body: Callable[[psycopg.Connection], None]) -> Callable[[], None]:
+        def run() -> None:
+            conn = psycopg.connect(dsn, autocommit=True)
+            try:
+                body(conn)
+            except BaseException as error:  # reported by the test thread
+                errors.append(error)
+            finally:
+                conn.close()
+        return run
+
+    def produce(conn: psycopg.Connection) -> None:
+        for n in range(60):
+            enqueued.extend(r[0] for r in conn.execute(
+                "SELECT alk.enqueue_batch('q', array_fill('{}'::jsonb, ARRAY[25]), visibility_timeout_s => 1,"
+                " max_attempts => 1000)"))
+            if n % 10 == 0:
+                enqueued.append(one(conn, "SELECT alk.enqueue('q', '{}', dedup_key => %s, visibility_timeout_s => 1,"
+                                        " max_attempts => 1000)", f"k{n}"))
+
+    def work(conn: psycopg.Connection) -> None:
+        turn = 0
+        while not stop.is_set():
+            turn += 1
+            claimed = conn.execute("SELECT id, attempts FROM alk.claim('q', 'w', 10)").fetchall()
+            for job_id, attempt in claimed:
+                if turn % 7 == 0:
+                    conn.execute("SELECT alk.retry(%s, 'w', %s, 'again', 0, queue => 'q')", [job_id, attempt])
+                elif turn % 11 == 0:
+                    continue  # left to its lease: claimed again later, at a new attempt
+                else:
+                    with conn.transaction():
+                        if one(conn, "SELECT alk.ack(%s, 'w', %s, 'q')", job_id, attempt):
+                            conn.execute("INSERT INTO public.acked VALUES (%s, %s)", [job_id, attempt])
+
+    def rotate(conn: psycopg.Connection) -> None:
+        while not stop.is_set():
+            rotations.append(one(conn, "SELECT alk.rotate_jobs(0)"))
+
+    producers = [threading.Thread(target=guarded(produce)) for _ in range(2)]
+    others = [threading.Thread(target=guarded(work)) for _ in range(3)] + [threading.Thread(target=guarded(rotate))]
+    for thread in producers + others:
+        thread.start()
+    for thread in producers:
+        thread.join(120)
+    deadline = time.monotonic() + 120
+    while one(setup, "SELECT count(*) FROM alk.jobs WHERE state IN ('pending', 'processing')") and not errors:
+        assert time.monotonic() < deadline, ("jobs left undone", setup.execute(
+            "SELECT id, state, slot, attempts, run_at - alk.now(), claim_expires_at - alk.now(), worker_id"
+            " FROM alk.jobs WHERE state IN ('pending', 'processing') LIMIT 5").fetchall(), rotations[-5:])
+        setup.execute("SELECT pg_sleep(0.05)")  # polling the database for the end, not synchronising
+    stop.set()
+    for thread in others:
+        thread.join(60)
+    assert not errors, errors
+    acked = setup.execute("SELECT job_id, count(*) FROM public.acked GROUP BY job_id").fetchall()
+    assert sorted(job_id for job_id, _ in acked) == sorted(set(enqueued))
+    assert all(times == 1 for _, times in acked)
+    assert one(setup, "SELECT count(*) FROM alk.jobs") == 0
+    assert rotations.count("rotated") >= 3, rotations[-20:]
