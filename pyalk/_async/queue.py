@@ -16,7 +16,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from pyalk import _codec
+from pyalk import _codec, tracing
 from pyalk._async.job import AsyncJobHandle
 from pyalk.values import (
     JOB_COLUMNS,
@@ -162,13 +162,18 @@ class AsyncQueue:
 
         ``dedup_key``: while a live job of this queue holds it, nothing is
         written and that job's id is returned. ``headers``: a JSON object that
-        travels with the job (trace context, correlation ids; ``Job.headers``).
+        travels with the job (trace context, correlation ids; ``Job.headers``);
+        with tracing on, the enqueue's span adds its ``traceparent`` and
+        ``tracestate`` where the caller set none (docs/tracing.md).
         """
         params = enqueue_params(self.name, self.opts, delay, run_at, priority, max_attempts, expires)
         params["payload"] = _codec.payload(payload)
         params["dedup_key"] = None if dedup_key is None else _codec.text(dedup_key, "dedup_key")
-        params["headers"] = None if headers is None else _codec.payload(headers, "headers")
-        return int(await self.executor.value(_ENQUEUE, params, conn=conn, transactional=True))
+        with tracing.Enqueue(self.name, headers) as span:
+            params["headers"] = None if span.headers is None else _codec.payload(span.headers, "headers")
+            job_id = int(await self.executor.value(_ENQUEUE, params, conn=conn, transactional=True))
+            span.enqueued(job_id)
+        return job_id
 
     async def enqueue_batch(
         self,
@@ -187,7 +192,9 @@ class AsyncQueue:
 
         ``dedup_keys`` (aligned with ``payloads``): a held key, or one repeated
         earlier in the batch, returns the holder's id. ``headers``: one JSON
-        object for every job of the batch, as every other option.
+        object for every job of the batch, as every other option (with
+        tracing on, the batch's one span adds its trace context as
+        :meth:`enqueue` does).
         """
         params = enqueue_params(self.name, self.opts, delay, run_at, priority, max_attempts, expires)
         params["payloads"] = _codec.payloads(payloads)
@@ -195,8 +202,9 @@ class AsyncQueue:
             None if dedup_keys is None
             else [None if k is None else _codec.text(k, "dedup_keys") for k in dedup_keys]
         )
-        params["headers"] = None if headers is None else _codec.payload(headers, "headers")
-        rows = await self.executor.rows(_ENQUEUE_BATCH, params, conn=conn, transactional=True)
+        with tracing.Enqueue(self.name, headers, len(params["payloads"])) as span:
+            params["headers"] = None if span.headers is None else _codec.payload(span.headers, "headers")
+            rows = await self.executor.rows(_ENQUEUE_BATCH, params, conn=conn, transactional=True)
         return [row[0] for row in rows]
 
     async def claim_batch(self, worker_id: str, n: int) -> list[AsyncJobHandle]:

@@ -10,6 +10,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from pyalk import tracing
 from pyalk._async.job import AsyncJobHandle
 from pyalk._async.worker.heartbeat import AsyncHeartbeater, Running
 from pyalk._async.worker.settlement import AsyncSettlementBatcher, Outcome
@@ -129,6 +130,7 @@ class AsyncRunners:
         try:
             error: Exception | None = None
             running.task = task = AsyncRuntime.current()
+            span = tracing.process(job)  # None unless tracing is on (docs/tracing.md)
             try:
                 await self.handler(handle)
             except Exception as caught:
@@ -140,6 +142,8 @@ class AsyncRunners:
                 running.task = None
                 if running.interrupted:
                     AsyncRuntime.resume(task)  # the runner goes on to its next job
+                if span is not None:
+                    span.end(None if isinstance(error, Snooze) else error)  # a snooze is no failure
             duration = time.monotonic() - now
             observer = tally.observer
             if observer is not None:

@@ -11,6 +11,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from pyalk import tracing
 from pyalk._sync.job import JobHandle
 from pyalk._sync.worker.heartbeat import Heartbeater, Running
 from pyalk._sync.worker.settlement import SettlementBatcher, Outcome
@@ -130,6 +131,7 @@ class Runners:
         try:
             error: Exception | None = None
             running.task = task = Runtime.current()
+            span = tracing.process(job)  # None unless tracing is on (docs/tracing.md)
             try:
                 self.handler(handle)
             except Exception as caught:
@@ -141,6 +143,8 @@ class Runners:
                 running.task = None
                 if running.interrupted:
                     Runtime.resume(task)  # the runner goes on to its next job
+                if span is not None:
+                    span.end(None if isinstance(error, Snooze) else error)  # a snooze is no failure
             duration = time.monotonic() - now
             observer = tally.observer
             if observer is not None:
