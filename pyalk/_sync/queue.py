@@ -18,7 +18,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from pyalk import _codec
+from pyalk import _codec, tracing
 from pyalk._sync.job import JobHandle
 from pyalk._sync.outcome import DeferredJob, wait_for_outcome
 from pyalk.errors import InvalidArgument
@@ -191,14 +191,19 @@ class Queue:
         ``after``: ids of jobs of this queue; the job is not claimed until none
         of them exists any more (acked, cancelled) or is completed, and dies
         when one of them dies (docs/queue.md "Dependencies").
+        With tracing on, the enqueue's span adds its ``traceparent`` and
+        ``tracestate`` to ``headers`` where the caller set none (docs/tracing.md).
         """
         params = enqueue_params(self.name, self.opts, delay, run_at, priority, max_attempts, expires)
         params["payload"] = _codec.payload(payload)
         params["dedup_key"] = None if dedup_key is None else _codec.text(dedup_key, "dedup_key")
-        params["headers"] = None if headers is None else _codec.payload(headers, "headers")
         params["group_key"] = None if group_key is None else _codec.text(group_key, "group_key")
         params["after"] = after_ids(after)
-        return int(self.executor.value(_ENQUEUE, params, conn=conn, transactional=True))
+        with tracing.Enqueue(self.name, headers) as span:
+            params["headers"] = None if span.headers is None else _codec.payload(span.headers, "headers")
+            job_id = int(self.executor.value(_ENQUEUE, params, conn=conn, transactional=True))
+            span.enqueued(job_id)
+        return job_id
 
     def defer(
         self,
@@ -256,6 +261,8 @@ class Queue:
         object for every job of the batch, as every other option; so is
         ``after``: every job of the batch waits for all of its ids.
         ``group_keys`` (aligned with ``payloads``): each job's serial group, or None.
+        With tracing on, the batch's one span adds its trace context as
+        :meth:`enqueue` does.
         """
         params = enqueue_params(self.name, self.opts, delay, run_at, priority, max_attempts, expires)
         params["payloads"] = _codec.payloads(payloads)
@@ -263,13 +270,14 @@ class Queue:
             None if dedup_keys is None
             else [None if k is None else _codec.text(k, "dedup_keys") for k in dedup_keys]
         )
-        params["headers"] = None if headers is None else _codec.payload(headers, "headers")
         params["group_keys"] = (
             None if group_keys is None
             else [None if k is None else _codec.text(k, "group_keys") for k in group_keys]
         )
         params["after"] = after_ids(after)
-        rows = self.executor.rows(_ENQUEUE_BATCH, params, conn=conn, transactional=True)
+        with tracing.Enqueue(self.name, headers, len(params["payloads"])) as span:
+            params["headers"] = None if span.headers is None else _codec.payload(span.headers, "headers")
+            rows = self.executor.rows(_ENQUEUE_BATCH, params, conn=conn, transactional=True)
         return [row[0] for row in rows]
 
     def claim_batch(self, worker_id: str, n: int) -> list[JobHandle]:

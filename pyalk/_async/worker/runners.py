@@ -10,7 +10,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from pyalk import _codec
+from pyalk import _codec, tracing
 from pyalk._async.job import AsyncJobHandle
 from pyalk._async.worker.heartbeat import AsyncHeartbeater, Running
 from pyalk._async.worker.settlement import AsyncSettlementBatcher, Outcome
@@ -133,6 +133,7 @@ class AsyncRunners:
             error: Exception | None = None
             returned: Any = None
             running.task = task = AsyncRuntime.current()
+            span = tracing.process(job)  # None unless tracing is on (docs/tracing.md)
             try:
                 returned = await self.handler(handle)
             except Exception as caught:
@@ -144,6 +145,8 @@ class AsyncRunners:
                 running.task = None
                 if running.interrupted:
                     AsyncRuntime.resume(task)  # the runner goes on to its next job
+                if span is not None:
+                    span.end(None if isinstance(error, Snooze) else error)  # a snooze is no failure
             duration = time.monotonic() - now
             observer = tally.observer
             if observer is not None:

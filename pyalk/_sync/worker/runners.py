@@ -11,7 +11,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from pyalk import _codec
+from pyalk import _codec, tracing
 from pyalk._sync.job import JobHandle
 from pyalk._sync.worker.heartbeat import Heartbeater, Running
 from pyalk._sync.worker.settlement import SettlementBatcher, Outcome
@@ -134,6 +134,7 @@ class Runners:
             error: Exception | None = None
             returned: Any = None
             running.task = task = Runtime.current()
+            span = tracing.process(job)  # None unless tracing is on (docs/tracing.md)
             try:
                 returned = self.handler(handle)
             except Exception as caught:
@@ -145,6 +146,8 @@ class Runners:
                 running.task = None
                 if running.interrupted:
                     Runtime.resume(task)  # the runner goes on to its next job
+                if span is not None:
+                    span.end(None if isinstance(error, Snooze) else error)  # a snooze is no failure
             duration = time.monotonic() - now
             observer = tally.observer
             if observer is not None:
