@@ -350,6 +350,7 @@ COMMENT ON FUNCTION alk._role_functions() IS
 CREATE OR REPLACE FUNCTION alk._rotation_lock()
 RETURNS bigint
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
 AS $$ SELECT 27422281159569268::bigint $$;
 COMMENT ON FUNCTION alk._rotation_lock() IS
 'internal: the advisory lock key alk.rotate_jobs takes and keyed enqueues share';
