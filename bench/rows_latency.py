@@ -193,6 +193,10 @@ def claim_vs_backlog(ctx: Context) -> RowResult:
     )
 
 
+#: alk.jobs' partitions (sql/queue/10_table.sql): the rotating slots and the kept one.
+JOB_PARTITIONS = ("alk.jobs_0", "alk.jobs_1", "alk.jobs_kept")
+
+
 def _stale_scenario(ctx: Context, stale: bool) -> dict[str, Any]:
     """One scenario in its own database: ANALYZE while empty then refill
     (stale) or refill then ANALYZE (fresh); autovacuum off on alk.jobs so it
@@ -200,7 +204,8 @@ def _stale_scenario(ctx: Context, stale: bool) -> dict[str, Any]:
     mode = ctx.mode
     n = mode.stale_backlog
     with ctx.server.fresh_db("alk_bench_stats") as db, pg.connect(ctx, db) as conn:
-        conn.execute("ALTER TABLE alk.jobs SET (autovacuum_enabled = off)")
+        for part in JOB_PARTITIONS:  # storage parameters are a partitioned table's partitions'
+            conn.execute(f"ALTER TABLE {part} SET (autovacuum_enabled = off)")  # type: ignore[arg-type]
         if stale:
             conn.execute("ANALYZE alk.jobs")
             pg.fill_ours(conn, n)
@@ -210,7 +215,8 @@ def _stale_scenario(ctx: Context, stale: bool) -> dict[str, Any]:
             conn.execute("VACUUM (ANALYZE) alk.jobs")
         conn.execute("CHECKPOINT")
         stats = conn.execute(
-            "SELECT reltuples::bigint, relpages FROM pg_class WHERE oid = 'alk.jobs'::regclass"
+            "SELECT sum(greatest(c.reltuples, 0))::bigint, sum(c.relpages)::bigint FROM pg_class c"
+            " JOIN pg_inherits i ON i.inhrelid = c.oid WHERE i.inhparent = 'alk.jobs'::regclass"
         ).fetchone()
         with pg.connect(ctx, db) as worker:
             worker.execute("SET synchronous_commit = off")

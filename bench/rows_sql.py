@@ -273,10 +273,12 @@ IDLE_WORKER = "bench-idle"
 WAKE_STEP = re.compile(r"^( *)IF pg_catalog\.current_setting\('transaction_isolation'\).*?^\1END IF;", re.S | re.M)
 NOTIFY_STEP = "PERFORM pg_catalog.pg_notify(alk._queue_channel(p_queue), '');"
 ENQUEUE_SIGNATURE = (
-    "alk.enqueue(text, jsonb, bigint, bigint, bigint, bigint, bigint, bigint, bigint, bigint, text, jsonb)"
+    "alk.enqueue(text, jsonb, bigint, bigint, bigint, bigint, bigint, bigint, bigint, bigint, text, jsonb, text, "
+    "bigint[])"
 )
 INNER_SIGNATURE = (
-    "alk._enqueue_one(text, jsonb, bigint, bigint, bigint, bigint, bigint, bigint, bigint, bigint, bigint, text, jsonb)"
+    "alk._enqueue_one(text, jsonb, bigint, bigint, bigint, bigint, bigint, bigint, bigint, bigint, bigint, text, "
+    "jsonb, text, bigint[])"
 )
 
 

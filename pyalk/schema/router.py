@@ -77,6 +77,10 @@ ROUTES: dict[str, str] = {
     "worker_deregister": "queue_or_all",
     "request_stop": "queue_or_all",
     "workers": "all",
+    # 0031 rotation: each partition rotates its own job storage; a call
+    # through the router rotates the partition it lands on, and workers'
+    # calls land on every partition in turn.
+    "rotate_jobs": "any",
 }
 
 #: The job operations take the queue last and optional (job ids are unique

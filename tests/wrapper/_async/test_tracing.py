@@ -173,7 +173,7 @@ async def test_a_deferred_task_is_traced_like_an_enqueue(alk, spans):
     def add(a: int, b: int) -> int:
         return a + b
 
-    job_id = await add.defer_async(alk, a=1, b=2)
+    job_id = (await add.defer_async(alk, a=1, b=2)).id  # defer returns the job's handle
     [producer] = of_kind(spans, SpanKind.PRODUCER)
     assert (producer.attributes or {})["messaging.message.id"] == str(job_id)
     job = await alk.queue("q").get_job(job_id)

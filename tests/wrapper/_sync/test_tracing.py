@@ -174,7 +174,7 @@ def test_a_deferred_task_is_traced_like_an_enqueue(alk, spans):
     def add(a: int, b: int) -> int:
         return a + b
 
-    job_id = add.defer(alk, a=1, b=2)
+    job_id = (add.defer(alk, a=1, b=2)).id  # defer returns the job's handle
     [producer] = of_kind(spans, SpanKind.PRODUCER)
     assert (producer.attributes or {})["messaging.message.id"] == str(job_id)
     job = alk.queue("q").get_job(job_id)
