@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, Any
 
 from pyalk import _codec
 from pyalk._async.job import AsyncJobHandle
-from pyalk._async.queue import ENQUEUE_OPTIONS, enqueue_params
 from pyalk.backoff import Backoff
 from pyalk.errors import TRANSIENT_ERRORS, InvalidArgument
+from pyalk.queue_params import ENQUEUE_OPTIONS, enqueue_params
 from pyalk.values import JOB_COLUMNS, Job, QueueOpts, job_from_row
 from pyalk.worker.errors import one_line
 

@@ -22,6 +22,7 @@ from pyalk import _codec, tracing
 from pyalk._sync.job import JobHandle
 from pyalk._sync.outcome import DeferredJob, wait_for_outcome
 from pyalk.errors import InvalidArgument
+from pyalk.queue_params import ENQUEUE_OPTIONS, after_ids, bigint_array, enqueue_params, text_array
 from pyalk.values import (
     JOB_COLUMNS,
     QUEUE_LIMITS_COLUMNS,
@@ -38,12 +39,6 @@ if TYPE_CHECKING:
     from psycopg import Connection
 
     from pyalk._sync.executor import Executor
-
-ENQUEUE_OPTIONS = """
-    delay => %(delay)s::bigint, run_at => %(run_at)s::bigint, priority => %(priority)s::bigint,
-    max_attempts => %(max_attempts)s::bigint, expires => %(expires)s::bigint,
-    visibility_timeout_s => %(visibility_timeout_s)s::bigint, backoff_base_s => %(backoff_base_s)s::bigint,
-    dead_letter_retention_s => %(dead_letter_retention_s)s::bigint"""
 
 _ENQUEUE = (
     "SELECT alk.enqueue(queue => %(queue)s, payload => %(payload)s::jsonb, dedup_key => %(dedup_key)s::text,"
@@ -91,30 +86,6 @@ _RELEASE = "SELECT alk.release_jobs(%(job_ids)s::bigint[], %(worker_id)s, %(atte
 QUEUE_CHANNEL = "SELECT alk.queue_channel(%(queue)s)"
 
 
-def enqueue_params(
-    queue: str,
-    opts: QueueOpts,
-    delay: int | timedelta | None,
-    run_at: int | datetime | None,
-    priority: int | None,
-    max_attempts: int | None,
-    expires: int | timedelta | None,
-) -> dict[str, Any]:
-    """The parameters of ENQUEUE_OPTIONS (and ``queue``): the per-call options,
-    then the stamps of ``opts``; the outbox binds its enqueue with them too."""
-    return {
-        "queue": queue,
-        "delay": _codec.seconds(delay, "delay"),
-        "run_at": _codec.instant(run_at, "run_at"),
-        "priority": _codec.bigint(priority, "priority"),
-        "max_attempts": _codec.bigint(max_attempts if max_attempts is not None else opts.max_attempts, "max_attempts"),
-        "expires": _codec.seconds(expires, "expires"),
-        "visibility_timeout_s": _codec.seconds(opts.visibility_timeout_s, "visibility_timeout_s"),
-        "backoff_base_s": _codec.seconds(opts.backoff_base_s, "backoff_base_s"),
-        "dead_letter_retention_s": _codec.seconds(opts.dead_letter_retention_s, "dead_letter_retention_s"),
-    }
-
-
 def queue_stats(executor: Executor, queue: str | None = None, *,
                       exact_limit: int | None = None) -> list[QueueStats]:
     """``alk.queue_stats``: one row per queue holding jobs, or only ``queue``'s.
@@ -122,37 +93,6 @@ def queue_stats(executor: Executor, queue: str | None = None, *,
     rows = executor.rows(_QUEUE_STATS, {"queue": _codec.text(queue, "queue"),
                                               "exact_limit": _codec.bigint(exact_limit, "exact_limit")})
     return [queue_stats_from_row(row) for row in rows]
-
-
-def _bigint_array(values: list[int]) -> str:
-    """A bigint[] literal; TypeError for anything but ints."""
-    return "{" + ",".join(map(int.__repr__, values)) + "}"
-
-
-#: Elements a text[] literal may hold unquoted (the outcome kinds).
-_BARE = frozenset({"ack", "retry", "fail"})
-
-
-def _text_array(values: Sequence[str | None]) -> str:
-    """A text[] literal: NULL for None, every other element quoted (backslash
-    and double quote escaped) unless it is one of :data:`_BARE`."""
-    parts = []
-    for value in values:
-        if value is None:
-            parts.append("NULL")
-        elif value in _BARE:
-            parts.append(value)
-        elif isinstance(value, str):
-            parts.append('"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"')
-        else:
-            raise TypeError(f"expected str or None, got {type(value).__name__}")
-    return "{" + ",".join(parts) + "}"
-
-
-def after_ids(after: Iterable[int] | None) -> list[int | None] | None:
-    """``after`` as bigint[] parameters: each id checked as a bigint (a None
-    goes through, for the server's LK002 that names it)."""
-    return None if after is None else [_codec.bigint(i, "after") for i in after]
 
 
 class Queue:
@@ -333,12 +273,12 @@ class Queue:
         return {
             "queue": self.name,
             "worker_id": _codec.text(worker_id, "worker_id"),
-            "job_ids": _bigint_array([job.id for job, _, _ in outcomes]),
-            "attempts": _bigint_array([job.attempts for job, _, _ in outcomes]),
-            "outcomes": _text_array([kind for _, kind, _ in outcomes]),
-            "errs": _text_array([err for _, _, err in outcomes]),
+            "job_ids": bigint_array([job.id for job, _, _ in outcomes]),
+            "attempts": bigint_array([job.attempts for job, _, _ in outcomes]),
+            "outcomes": text_array([kind for _, kind, _ in outcomes]),
+            "errs": text_array([err for _, _, err in outcomes]),
             # No result at all (the usual batch): NULL, nothing more to send.
-            "results": None if results is None or not any(r is not None for r in results) else _text_array(results),
+            "results": None if results is None or not any(r is not None for r in results) else text_array(results),
         }
 
     def settle(self, worker_id: str, outcomes: Sequence[tuple[Job, str, str | None]], *,
