@@ -120,9 +120,11 @@ CREATE TABLE alk.jobs (
     -- What the ack stored, and when: completed rows only (queue_settings).
     result jsonb,
     completed_at bigint,
-    -- Dependencies (alk.enqueue's after; 0028): how many listed jobs this one
-    -- still waits for (its rows in alk.job_after). Only a job at 0 is in
-    -- jobs_claim_pending, so waiting jobs cost a claim nothing.
+    -- What a pending job waits for before a claim may look at it: n > 0, as
+    -- many listed after jobs (its rows in alk.job_after; 0028); -1, its
+    -- serial group's turn (parked, 38_group_turns.sql; 0032); 0, nothing.
+    -- Only a job at 0 is in jobs_claim_pending, so waiting jobs cost a claim
+    -- nothing.
     after_left bigint NOT NULL DEFAULT 0,
     -- Some job was enqueued after this one: its ack, cancel, completion or
     -- death looks in alk.job_after (alk._after_sync); unset, it never does.
@@ -159,9 +161,10 @@ COMMENT ON TABLE alk.jobs_kept IS
 -- cost a claim anything.
 CREATE INDEX jobs_claim_pending ON alk.jobs (queue, priority DESC, run_at, id)
     WHERE state = 'pending' AND after_left = 0;
--- Pending jobs waiting on their after jobs (0028): queue_stats counts them
--- as scheduled; empty unless dependencies are used.
-CREATE INDEX jobs_after_waiting ON alk.jobs (queue, run_at) WHERE state = 'pending' AND after_left > 0;
+-- Pending jobs waiting on their after jobs (after_left > 0) or parked
+-- (-1), by run_at: queue_stats counts them index-only (parked ones as ready
+-- or scheduled, by run_at). Empty unless dependencies or groups are used.
+CREATE INDEX jobs_waiting ON alk.jobs (queue, after_left, run_at) WHERE state = 'pending' AND after_left <> 0;
 -- Lapsed leases (crashed workers) are found by their deadline.
 CREATE INDEX jobs_claim_lapsed ON alk.jobs (queue, claim_expires_at) WHERE state = 'processing';
 -- Expiry and retention sweeps.
@@ -187,9 +190,14 @@ CREATE UNIQUE INDEX jobs_dedup ON alk.jobs (queue, dedup_key, slot)
 -- entry. Processing jobs by group: is the group busy?
 CREATE INDEX jobs_group_running ON alk.jobs (queue, group_key) WHERE state = 'processing' AND group_key IS NOT NULL;
 -- Pending jobs by group in claim order: is a due job of the group ahead?
--- Jobs waiting on their after jobs are never ahead (alk._group_has_room).
+-- Jobs waiting on their after jobs or parked are never ahead
+-- (alk._group_has_room).
 CREATE INDEX jobs_group_pending ON alk.jobs (queue, group_key, priority DESC, run_at, id)
     WHERE state = 'pending' AND group_key IS NOT NULL AND after_left = 0;
+-- Parked jobs by group in claim order (38_group_turns.sql): a group's turns
+-- are found here and in jobs_group_pending.
+CREATE INDEX jobs_group_parked ON alk.jobs (queue, group_key, priority DESC, run_at, id)
+    WHERE state = 'pending' AND after_left = -1;
 
 -- Paused queues (alk.pause_queue): a claim probes this by primary key.
 CREATE TABLE alk.paused_queues (

@@ -130,6 +130,8 @@ BEGIN
        AND j.state = 'completed'
        AND j.purge_at <= clock;
     GET DIAGNOSTICS completed = ROW_COUNT;
+    -- A turn a settle under REPEATABLE READ left parked (38_group_turns.sql).
+    PERFORM alk._group_heal(_sweep_expired.queue);
     RETURN expired + purged + completed;
 END
 $$;
@@ -332,6 +334,10 @@ BEGIN
     IF previous IS NOT DISTINCT FROM wanted OR (previous.queue IS NULL AND wanted.max_running IS NULL
             AND wanted.rate IS NULL AND wanted.max_running_per_group IS NULL) THEN
         RETURN false;
+    END IF;
+    -- A new share changes every group's turns (38_group_turns.sql).
+    IF previous.max_running_per_group IS DISTINCT FROM wanted.max_running_per_group THEN
+        PERFORM alk._group_heal(q);
     END IF;
     -- Looser limits may leave room now: idle workers claim again at commit.
     PERFORM pg_catalog.pg_notify(alk._queue_channel(q), '');

@@ -4,7 +4,8 @@
 -- After everything that writes jobs; nothing before calls them. Landed in
 -- 0007_worker.sql (queue_stats, list_jobs) and 0011_observe.sql (browse_jobs);
 -- queue_stats changed by 0009, 0012, 0014, 0018, 0026 (completed jobs) and
--- 0028 (jobs waiting on their after jobs count as scheduled).
+-- 0028 (jobs waiting on their after jobs count as scheduled) and 0032
+-- (parked jobs of serial groups count as ready or scheduled, by run_at).
 
 -- queue_stats ---------------------------------------------------------------
 
@@ -48,6 +49,14 @@ BEGIN
     WHEN 'waiting' THEN
         EXECUTE 'EXPLAIN (FORMAT JSON) SELECT FROM alk.jobs j '
                 'WHERE j.queue = $1 AND j.state = ''pending'' AND j.after_left > 0' INTO plan USING queue;
+    WHEN 'parked ready' THEN
+        EXECUTE 'EXPLAIN (FORMAT JSON) SELECT FROM alk.jobs j '
+                'WHERE j.queue = $1 AND j.state = ''pending'' AND j.after_left = -1 AND j.run_at <= $2'
+           INTO plan USING queue, clock;
+    WHEN 'parked scheduled' THEN
+        EXECUTE 'EXPLAIN (FORMAT JSON) SELECT FROM alk.jobs j '
+                'WHERE j.queue = $1 AND j.state = ''pending'' AND j.after_left = -1 AND j.run_at > $2'
+           INTO plan USING queue, clock;
     WHEN 'processing' THEN
         EXECUTE 'EXPLAIN (FORMAT JSON) SELECT FROM alk.jobs j '
                 'WHERE j.queue = $1 AND j.state = ''processing''' INTO plan USING queue;
@@ -67,6 +76,7 @@ END
 $$;
 COMMENT ON FUNCTION alk._estimate_jobs(text, text, bigint) IS
 'internal: the planner''s estimate of how many of a queue''s jobs are ready, scheduled, waiting (on after jobs), '
+'parked ready or parked scheduled (serial groups), '
 'processing, lapsed, dead or completed '
 '(alk.queue_stats past its exact_limit)';
 
@@ -94,7 +104,7 @@ BEGIN
         PERFORM alk._raise('LK002', 'exact_limit must be >= 0 or NULL (every count exact), got ' || cap);
     END IF;
     -- Every row is in exactly one of the five partial indexes (pending,
-    -- waiting on after jobs, processing, dead, completed), and each leads with
+    -- waiting on after jobs or parked, processing, dead, completed), and each leads with
     -- the queue: the queue names come from a loose scan of the five (five
     -- probes per queue, whatever
     -- the row count), and each count is an index-only scan of one queue's
@@ -115,7 +125,7 @@ BEGIN
         SELECT least(
             (SELECT j.queue FROM alk.jobs j WHERE j.state = 'pending' AND j.after_left = 0 AND j.queue > n.name
               ORDER BY j.queue LIMIT 1),
-            (SELECT j.queue FROM alk.jobs j WHERE j.state = 'pending' AND j.after_left > 0 AND j.queue > n.name
+            (SELECT j.queue FROM alk.jobs j WHERE j.state = 'pending' AND j.after_left <> 0 AND j.queue > n.name
               ORDER BY j.queue LIMIT 1),
             (SELECT j.queue FROM alk.jobs j WHERE j.state = 'processing' AND j.queue > n.name
               ORDER BY j.queue LIMIT 1),
@@ -133,6 +143,11 @@ BEGIN
                                          AND j.after_left = 0 AND j.run_at > clock LIMIT cap + 1) e) AS scheduled,
                (SELECT count(*) FROM (SELECT FROM alk.jobs j WHERE j.queue = n.name AND j.state = 'pending'
                                          AND j.after_left > 0 LIMIT cap + 1) e) AS waiting,
+               (SELECT count(*) FROM (SELECT FROM alk.jobs j WHERE j.queue = n.name AND j.state = 'pending'
+                                         AND j.after_left = -1 AND j.run_at <= clock LIMIT cap + 1) e) AS parked_ready,
+               (SELECT count(*) FROM (SELECT FROM alk.jobs j WHERE j.queue = n.name AND j.state = 'pending'
+                                         AND j.after_left = -1 AND j.run_at > clock LIMIT cap + 1) e)
+                 AS parked_scheduled,
                (SELECT count(*) FROM (SELECT FROM alk.jobs j WHERE j.queue = n.name AND j.state = 'processing'
                                        LIMIT cap + 1) e) AS processing,
                (SELECT count(*) FROM (SELECT FROM alk.jobs j WHERE j.queue = n.name AND j.state = 'processing'
@@ -147,12 +162,19 @@ BEGIN
     counted AS MATERIALIZED (
         SELECT c.name,
                CASE WHEN c.ready > cap THEN greatest(alk._estimate_jobs(c.name, 'ready', clock), cap + 1)
-                    ELSE c.ready END AS ready,
+                    ELSE c.ready END
+               -- Parked jobs (38_group_turns.sql) are pending: by run_at.
+               + CASE WHEN c.parked_ready > cap
+                      THEN greatest(alk._estimate_jobs(c.name, 'parked ready', clock), cap + 1)
+                      ELSE c.parked_ready END AS ready,
                -- Jobs waiting on their after jobs are pending and not due: scheduled.
                CASE WHEN c.scheduled > cap THEN greatest(alk._estimate_jobs(c.name, 'scheduled', clock), cap + 1)
                     ELSE c.scheduled END
                + CASE WHEN c.waiting > cap THEN greatest(alk._estimate_jobs(c.name, 'waiting', clock), cap + 1)
-                      ELSE c.waiting END AS scheduled,
+                      ELSE c.waiting END
+               + CASE WHEN c.parked_scheduled > cap
+                      THEN greatest(alk._estimate_jobs(c.name, 'parked scheduled', clock), cap + 1)
+                      ELSE c.parked_scheduled END AS scheduled,
                CASE WHEN c.processing > cap THEN greatest(alk._estimate_jobs(c.name, 'processing', clock), cap + 1)
                     ELSE c.processing END AS processing,
                CASE WHEN c.lapsed > cap THEN greatest(alk._estimate_jobs(c.name, 'lapsed', clock), cap + 1)
@@ -161,15 +183,15 @@ BEGIN
                     ELSE c.dead END AS dead,
                CASE WHEN c.completed > cap THEN greatest(alk._estimate_jobs(c.name, 'completed', clock), cap + 1)
                     ELSE c.completed END AS completed,
-               coalesce(greatest(c.ready, c.scheduled, c.waiting, c.processing, c.lapsed, c.dead, c.completed) > cap,
-                        false)
+               coalesce(greatest(c.ready, c.scheduled, c.waiting, c.parked_ready, c.parked_scheduled, c.processing,
+                                 c.lapsed, c.dead, c.completed) > cap, false)
                  AS estimated
           FROM capped c
     )
     SELECT c.name, c.ready + c.scheduled, c.ready, c.scheduled, c.processing,
            -- Two estimates may disagree: never more lapsed than processing.
            least(c.lapsed, c.processing), c.dead,
-           alk._sat_sub(clock, t.oldest_ready), t.next_run_at,
+           alk._sat_sub(clock, least(t.oldest_ready, w.oldest_ready)), least(t.next_run_at, w.next_run_at),
            EXISTS (SELECT FROM alk.paused_queues pq WHERE pq.queue = c.name), c.estimated, c.completed
       FROM counted c
      CROSS JOIN LATERAL (
@@ -186,6 +208,12 @@ BEGIN
                min((SELECT j.run_at FROM alk.jobs j WHERE j.queue = c.name AND j.state = 'pending'
                        AND j.after_left = 0 AND j.priority = p.priority AND j.run_at > clock ORDER BY j.run_at LIMIT 1)) AS next_run_at
           FROM priorities p WHERE p.priority IS NOT NULL) t
+     -- Parked jobs, in jobs_waiting by run_at.
+     CROSS JOIN LATERAL (
+        SELECT (SELECT j.run_at FROM alk.jobs j WHERE j.queue = c.name AND j.state = 'pending' AND j.after_left = -1
+                   AND j.run_at <= clock ORDER BY j.run_at LIMIT 1) AS oldest_ready,
+               (SELECT j.run_at FROM alk.jobs j WHERE j.queue = c.name AND j.state = 'pending' AND j.after_left = -1
+                   AND j.run_at > clock ORDER BY j.run_at LIMIT 1) AS next_run_at) w
      ORDER BY c.name;
 END
 $$;
@@ -201,7 +229,7 @@ COMMENT ON FUNCTION alk.queue_stats(text, bigint) IS
 'exact_limit is given: then a count stops after exact_limit + 1 index entries and, past exact_limit, is the '
 'planner''s estimate (from the table''s statistics, which ANALYZE and autovacuum keep current), never below '
 'exact_limit + 1, and estimated is true. The ages are exact either way. Cost: index-only scans of the partial '
-'indexes, linear in the entries counted: with exact_limit at most about 6 x exact_limit per queue '
+'indexes, linear in the entries counted: with exact_limit at most about 8 x exact_limit per queue '
 '(docs/dashboard.md has numbers). Example: SELECT * FROM alk.queue_stats(exact_limit => 10000);';
 
 -- list_jobs -----------------------------------------------------------------
