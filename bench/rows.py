@@ -13,6 +13,7 @@ from bench import (
     rows_e2e,
     rows_hostile,
     rows_latency,
+    rows_limits,
     rows_ops,
     rows_router,
     rows_soak,
@@ -21,7 +22,7 @@ from bench import (
 from bench.registry import GROUPS, Row
 
 MODULES: tuple[ModuleType, ...] = (
-    rows_sql, rows_ops, rows_e2e, rows_soak, rows_dashboard, rows_latency, rows_hostile, rows_router,
+    rows_sql, rows_ops, rows_limits, rows_e2e, rows_soak, rows_dashboard, rows_latency, rows_hostile, rows_router,
 )
 
 

@@ -106,11 +106,19 @@ class _ThreadCountdown(_RssCountdown):
                 self.rss_kib[self.count] = _rss_kib()
 
 
+#: ALK_BENCH_PYALK_MAX_RUNNING="10": the queue's max_running limit
+#: (alk.set_queue_limits) before the jobs go in (limits.max_running row).
+MAX_RUNNING_ENV = "ALK_BENCH_PYALK_MAX_RUNNING"
+
+
 async def _enqueue(args: Args) -> float:
     from pyalk import AsyncAlk
 
     async with AsyncAlk(args.dsn) as alk:
         queue = alk.queue(QUEUE)
+        max_running = os.environ.get(MAX_RUNNING_ENV, "").strip()
+        if max_running:
+            await queue.set_limits(max_running=int(max_running))
         t0 = time.perf_counter()
         for start in range(0, args.jobs, CHUNK):
             await queue.enqueue_batch({"n": i} for i in range(start, min(args.jobs, start + CHUNK)))
@@ -177,6 +185,7 @@ async def run(args: Args) -> PeerResult:
             "pool max_connections": 4,
             "tuning": f"none: pyalk defaults (prefetch {PREFETCH}, batched settlement)",
             **{k: v for k, v in worker_options(args.concurrency).items() if k != "handle_signals"},
+            **({"queue max_running": int(os.environ[MAX_RUNNING_ENV])} if os.environ.get(MAX_RUNNING_ENV) else {}),
         },
         measures={"rss_kib_after": countdown.rss_kib} if checkpoints else {},
     )

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import report, rows_e2e, rows_ops, rows_soak
+from bench import report, rows_e2e, rows_limits, rows_ops, rows_soak
 from bench.cli import run_rows
 from bench.peers import pyalk_worker
 from bench.registry import QUICK, Context, RowResult
@@ -290,3 +290,26 @@ def test_the_registry_target_is_judged_on_the_median_ratio() -> None:
     assert noisy["met"] is False and str(noisy["what limits us"]).endswith("rounds 0.694-1.223, straddling 1")
     assert len(str(noisy["what limits us"])) <= 160
     assert not [t for t in report.targets([]) if t["target"].startswith("100 registered")]
+
+
+def test_the_limits_rows_run_in_quick_mode(bench_ctx: Context) -> None:
+    """Issue 26's rows: the blocked-groups claim (each claim must take the one job without a group, or the
+    row fails), max_running = 10 vs unlimited for both drainers, the hot path on three databases."""
+    groups, limited, hot = _run(bench_ctx, "limits.blocked_groups", "limits.max_running", "limits.hot_path")
+    assert groups.status == limited.status == hot.status == "ok"
+    grouped, plain = groups.records
+    assert grouped["claim p50 ms"] > 0 and plain["claim p50 ms"] > 0 and grouped["p50 vs no groups"] > 0
+    assert all(len(samples) == rows_limits.QUICK_SIZES.claim_samples for samples in groups.extra["samples_ms"].values())
+    assert [rec["drained by"] for rec in limited.records] == ["pgbench claim 1 + ack", "AsyncWorker"]
+    assert all(rec["limited/unlimited p50"] > 0 for rec in limited.records)
+    # the worker's queue really was limited in its limited runs, and only there
+    worker_runs = [r for r in limited.extra["raw"] if r["drainer"] == "AsyncWorker"]
+    assert {r["limited"]: r["settings"].get("queue max_running") for r in worker_runs} == {True: 10, False: None}
+    assert [rec["hot path"] for rec in hot.records] == [title for title, _, _ in rows_limits.HOT_SCRIPTS]
+    assert {r["side"] for r in hot.extra["pgbench"]} == set(rows_limits.SIDES)
+    found = {t["target"]: t for t in report.targets([groups, limited, hot])}
+    judged = [t for label, t in found.items() if label.startswith(("claim behind", "max_running", "hot path"))]
+    assert len(judged) == 3 and all(t["met"] is not None for t in judged)
+    assert next(t for t in judged if t["target"].startswith("claim behind"))["measured"].endswith("groups)")
+    # a run without the rows (the saved one) lists none of their targets
+    assert not [t for t in report.targets([]) if t["target"].startswith(("claim behind", "max_running"))]
