@@ -73,6 +73,22 @@ TARGET = 1.5
 TARGET_FORMS = frozenset({("pyalk (async)", 1), ("pyalk (async)", 10), ("pyalk (threaded)", 1)})
 
 
+#: ALK_BENCH_E2E="100000,5" overrides the mode's (jobs per run, rounds): issue
+#: 25 asks for 100,000 jobs per run and 5 rounds, five times the full mode's N.
+E2E_ENV = "ALK_BENCH_E2E"
+
+
+def e2e_size(ctx: Context) -> tuple[int, int]:
+    """(jobs per run, rounds): the mode's, or the ALK_BENCH_E2E override."""
+    text = os.environ.get(E2E_ENV, "").strip()
+    if not text:
+        return ctx.mode.e2e_jobs, max(1, ctx.mode.e2e_repeats)
+    jobs, rounds = (int(part) for part in text.split(","))
+    if jobs < 1 or rounds < 1:
+        raise ValueError(f"{E2E_ENV} must be 'jobs,rounds' with both >= 1, got {text!r}")
+    return jobs, rounds
+
+
 def _median(values: list[float]) -> float:
     ordered = sorted(values)
     mid = len(ordered) // 2
@@ -103,7 +119,7 @@ def e2e_process(ctx: Context) -> RowResult:
     started = time.perf_counter()
     mode = ctx.mode
     systems = _systems()
-    repeats = max(1, mode.e2e_repeats)
+    e2e_jobs, repeats = e2e_size(ctx)
     runs: dict[tuple[int, str], list[dict[str, Any]]] = {}
     ctx.progress.start("end to end: pyalk vs peers", total=len(systems) * len(mode.e2e_concurrency) * repeats)
     for concurrency in mode.e2e_concurrency:
@@ -112,7 +128,7 @@ def e2e_process(ctx: Context) -> RowResult:
             order = systems[round_no % len(systems):] + systems[: round_no % len(systems)]
             for label, runner, env in order:
                 ctx.progress.note(f"{label} at concurrency {concurrency}, round {round_no + 1} of {repeats}")
-                jobs = min(mode.e2e_jobs, SLOW_PEER_JOBS.get(runner, mode.e2e_jobs))
+                jobs = min(e2e_jobs, SLOW_PEER_JOBS.get(runner, e2e_jobs))
                 r = run_peer(ctx, runner, jobs, concurrency, env=env)
                 r["concurrency"] = concurrency
                 r["system"] = label
@@ -150,8 +166,8 @@ def e2e_process(ctx: Context) -> RowResult:
                     notes.append(f"{label} (concurrency {concurrency}) failed: {r['error'][-300:]}")
     settings = {r["system"]: r.get("settings") for rs in runs.values() for r in rs if r.get("settings")}
     notes.append(
-        f"N = {mode.e2e_jobs:,} jobs per system, concurrency and round ("
-        + ", ".join(f"{k} {min(v, mode.e2e_jobs):,}" for k, v in SLOW_PEER_JOBS.items())
+        f"N = {e2e_jobs:,} jobs per system, concurrency and round ("
+        + ", ".join(f"{k} {min(v, e2e_jobs):,}" for k, v in SLOW_PEER_JOBS.items())
         + f": an order of magnitude slower); {repeats} rounds, the systems taking turns, medians; each run in a "
         "fresh database on the same server."
     )
