@@ -90,14 +90,10 @@ BEGIN
     END IF;
     -- Through the parent, so the row moves whole (id, attempts, lease and
     -- all: every token stays valid). Whoever waited for our lock takes its
-    -- snapshot after it, and finds the rows where they went. A moved row is
-    -- deleted from its slot and inserted into the other: alk.rotating tells
-    -- the serial groups' triggers (38_group_turns.sql) that nothing settled.
-    PERFORM pg_catalog.set_config('alk.rotating', 'on', true);
+    -- snapshot after it, and finds the rows where they went.
     EXECUTE pg_catalog.format(
         'UPDATE alk.jobs SET slot = CASE WHEN state IN (''pending'', ''processing'') THEN %s ELSE 2 END WHERE slot = %s',
         nxt, cur);
-    PERFORM pg_catalog.set_config('alk.rotating', '', true);
     EXECUTE pg_catalog.format('TRUNCATE alk.jobs_%s', cur);
     UPDATE alk.job_slots s
        SET current_slot = nxt, rotated_at_id = last_id, rotated_at = alk.now(), rotations = s.rotations + 1;

@@ -90,6 +90,12 @@ BEGIN
     )
     -- Identity values are drawn in insertion order, so id order is input order.
     SELECT inserted.id FROM inserted ORDER BY inserted.id;
+    -- Serial groups: each group enqueued into is parked at commit
+    -- (38_group_turns.sql).
+    IF group_keys IS NOT NULL THEN
+        INSERT INTO alk.group_arrivals (queue, group_key)
+        SELECT DISTINCT _enqueue.queue, k FROM unnest(group_keys) AS g(k) WHERE k IS NOT NULL;
+    END IF;
     -- alk._wake's check, written out here: the hot path pays no call frame
     -- for it (the protocol in the wake-ups section above). A later statement
     -- than the insert: a fresh snapshot under READ COMMITTED. The EXISTS
@@ -194,6 +200,10 @@ BEGIN
     -- A new job only (a dedup hit returned above, its holder unchanged).
     IF p_after IS NOT NULL THEN
         PERFORM alk._after_link(p_queue, ARRAY[v_id], p_after);
+    END IF;
+    -- Its serial group is parked at commit (38_group_turns.sql).
+    IF p_group_key IS NOT NULL THEN
+        INSERT INTO alk.group_arrivals (queue, group_key) VALUES (p_queue, p_group_key);
     END IF;
     -- alk._wake's check, written out here: the hot path pays no call frame
     -- for it (the protocol in the wake-ups section above). A later statement

@@ -15,20 +15,26 @@
 -- queue of 10^4 busy groups costs it what a queue without groups does.
 --
 -- Two writers keep the rule, serialized per group by an advisory lock:
--- - alk._group_turns unparks. A trigger calls it after every statement that
---   takes a grouped job out of processing (ack, retry, fail, snooze, release,
---   completion, cancel, the claim's and the sweep's burials) or a pending one
---   out of pending: its function reads afresh, after the statement. It takes
---   the group's lock SHARED, waiting only for a parker's commit (parkers
---   never wait), so settles of one group never wait for each other nor
---   deadlock.
--- - alk._group_park parks: a deferred trigger at the commit of a transaction
---   that inserted a grouped job or made one pending again (a retry's or
---   snooze's new run_at, requeue_dead, the last after job done). It only
---   TRIES the lock EXCLUSIVELY: while any settle of the group is open it
---   parks nothing (an unparked job costs a claim a step, never a turn). With
---   the lock it reads the group afresh (READ COMMITTED: a new snapshot per
---   statement, after the lock), parks what is not a turn and unparks what is.
+-- - alk._group_turns unparks, after every statement that takes a grouped job
+--   out of processing (ack, retry, fail, snooze, release, completion, cancel,
+--   the claim's and the sweep's burials) or a pending one out of pending, in
+--   a later statement (a fresh read): the deletes (ack, ack_batch, settle,
+--   cancel) call it with the group keys they returned, the updates through
+--   the trigger jobs_group_left. It takes the group's lock SHARED, waiting
+--   only for a parker's commit (parkers never wait), so settles of one group
+--   never wait for each other nor deadlock.
+-- - alk._group_park parks, at the commit of a transaction that inserted a
+--   grouped job (a row in alk.group_arrivals, written by the enqueue) or
+--   made one pending again (a retry's or snooze's new run_at, requeue_dead,
+--   the last after job done: the trigger jobs_group_returned), through
+--   deferred triggers. It only TRIES the lock EXCLUSIVELY: while any settle
+--   of the group is open it parks nothing (an unparked job costs a claim a
+--   step, never a turn). With the lock it reads the group afresh (READ
+--   COMMITTED: a new snapshot per statement, after the lock), parks what is
+--   not a turn and unparks what is.
+-- Jobs without a group pay nothing for any of it: no trigger on the insert
+-- or the delete of a job, and the update trigger fires only on columns the
+-- claim does not set.
 -- A parked job a settle must see is therefore committed before that settle
 -- reads the group, or parked by a transaction that saw the settle: no turn
 -- stays parked. Two cases are left to the group's next settle or arrival, or
@@ -111,10 +117,10 @@ $$;
 COMMENT ON FUNCTION alk._group_room(text, text) IS
 'internal: how many more jobs of a serial group may run now (max_running_per_group, default 1, less its processing)';
 
--- Unpark the turns of the groups group_keys of a queue (NULL keys and
+-- Unpark the turns of the groups (queues[i], group_keys[i]) (NULL keys and
 -- repeats ignored), each under its lock taken shared: the settles' half.
 -- A group without a parked job, or full, costs two index probes.
-CREATE FUNCTION alk._group_turns(queue text, group_keys text[])
+CREATE FUNCTION alk._group_turns(queues text[], group_keys text[])
 RETURNS void
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -123,33 +129,35 @@ SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
+    q text;
     g text;
     room bigint;
     turns bigint[];
     ids bigint[];
 BEGIN
-    FOR g IN SELECT DISTINCT k FROM unnest(group_keys) AS u(k) WHERE k IS NOT NULL ORDER BY k LOOP
-        PERFORM pg_catalog.pg_advisory_xact_lock_shared(1634495335, alk._group_lock(_group_turns.queue, g));
-        CONTINUE WHEN NOT EXISTS (SELECT FROM alk.jobs j WHERE j.queue = _group_turns.queue AND j.group_key = g
+    FOR q, g IN SELECT DISTINCT u.q, u.k FROM unnest(queues, group_keys) AS u(q, k)
+                 WHERE u.k IS NOT NULL ORDER BY u.q, u.k LOOP
+        PERFORM pg_catalog.pg_advisory_xact_lock_shared(1634495335, alk._group_lock(q, g));
+        CONTINUE WHEN NOT EXISTS (SELECT FROM alk.jobs j WHERE j.queue = q AND j.group_key = g
                                                           AND j.state = 'pending' AND j.after_left = -1);
-        room := alk._group_room(_group_turns.queue, g);
+        room := alk._group_room(q, g);
         CONTINUE WHEN room <= 0;
+        turns := alk._group_turn_ids(q, g, room);
         -- SKIP LOCKED: a parked row is locked only by another settle
         -- unparking it, a cancel or a sweep; none needs us to wait.
-        turns := alk._group_turn_ids(_group_turns.queue, g, room);
         SELECT array_agg(t.id) INTO ids
           FROM (SELECT k.id FROM alk.jobs k
-                 WHERE k.id = ANY (turns)
-                   AND k.queue = _group_turns.queue AND k.state = 'pending' AND k.after_left = -1
+                 WHERE k.id = ANY (turns) AND k.queue = q AND k.state = 'pending' AND k.after_left = -1
                    FOR NO KEY UPDATE SKIP LOCKED) t;
         IF ids IS NOT NULL THEN
-            UPDATE alk.jobs j SET after_left = 0 WHERE j.id = ANY (ids) AND j.queue = _group_turns.queue;
+            UPDATE alk.jobs j SET after_left = 0 WHERE j.id = ANY (ids) AND j.queue = q;
         END IF;
     END LOOP;
 END
 $$;
-COMMENT ON FUNCTION alk._group_turns(text, text[]) IS
-'internal: unpark the turns of these serial groups (after a job of theirs left processing, or a turn left pending)';
+COMMENT ON FUNCTION alk._group_turns(text[], text[]) IS
+'internal: unpark the turns of these serial groups, (queue, group key) pairs (after a job of theirs left processing, '
+'or a turn left pending)';
 
 -- Every group of a queue with a parked job gets its turns: what a settle
 -- under REPEATABLE READ may have missed (alk.sweep_expired), or a new share
@@ -160,7 +168,7 @@ LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    PERFORM alk._group_turns(_group_heal.queue, array_agg(g.group_key))
+    PERFORM alk._group_turns(array_agg(_group_heal.queue), array_agg(g.group_key))
        FROM (WITH RECURSIVE keys(group_key) AS (
                  (SELECT j.group_key FROM alk.jobs j
                    WHERE j.queue = _group_heal.queue AND j.state = 'pending' AND j.after_left = -1
@@ -176,49 +184,41 @@ END
 $$;
 COMMENT ON FUNCTION alk._group_heal(text) IS 'internal: unpark the turns of every serial group of a queue with a parked job';
 
--- A grouped job left processing or pending: its group's turns may have
--- changed.
+-- A grouped job left processing or pending by an update: its group's turns
+-- may have changed.
 CREATE FUNCTION alk._group_left()
 RETURNS trigger
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    PERFORM alk._group_turns(OLD.queue, ARRAY[OLD.group_key]);
+    PERFORM alk._group_turns(ARRAY[OLD.queue], ARRAY[OLD.group_key]);
     RETURN NULL;
 END
 $$;
 COMMENT ON FUNCTION alk._group_left() IS
 'internal: trigger: unpark the turns of the group of a job that left processing or pending';
 
--- Triggers rather than a call in each of the dozen statements that settle,
--- bury, cancel or purge a job. WHEN keeps jobs without a group free of them
--- (one test of a column per deleted row); the UPDATE one fires only on the
--- columns a job leaving processing or pending sets and the claim does not
--- (retry and snooze set run_at, release attempts_refunded, a burial died_at,
--- a completion completed_at). A rotation's moved rows (alk.rotate_jobs sets
--- alk.rotating) are deleted and inserted, not settled.
+-- A trigger rather than a call in each of the statements that retry, fail,
+-- snooze, release, complete or bury a job. It fires only on the columns
+-- those set and the claim does not (retry and snooze set run_at, release
+-- attempts_refunded, a burial died_at, a completion completed_at), and WHEN
+-- keeps jobs without a group out of it. A rotation's moved rows are deleted
+-- and inserted, which fires no UPDATE trigger.
 CREATE TRIGGER jobs_group_left AFTER UPDATE OF run_at, attempts_refunded, died_at, completed_at ON alk.jobs
     FOR EACH ROW WHEN (OLD.group_key IS NOT NULL AND OLD.state IN ('pending', 'processing') AND NEW.state <> OLD.state)
     EXECUTE FUNCTION alk._group_left();
 COMMENT ON TRIGGER jobs_group_left ON alk.jobs IS
 'Unparks the turns of the serial group of a job that left processing or pending (alk._group_turns).';
-CREATE TRIGGER jobs_group_gone AFTER DELETE ON alk.jobs
-    FOR EACH ROW WHEN (OLD.group_key IS NOT NULL AND OLD.state IN ('pending', 'processing')
-                       AND pg_catalog.current_setting('alk.rotating', true) IS DISTINCT FROM 'on')
-    EXECUTE FUNCTION alk._group_left();
-COMMENT ON TRIGGER jobs_group_gone ON alk.jobs IS
-'Unparks the turns of the serial group of a processing or pending job deleted (acked, cancelled) (alk._group_turns).';
 
--- The parkers' half, at commit (see the top of this file). SECURITY
--- DEFINER: a deferred trigger runs at commit as the session's role, outside
--- the alk function that enqueued.
-CREATE FUNCTION alk._group_park()
-RETURNS trigger
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+-- The parkers' half (see the top of this file), for one group.
+CREATE FUNCTION alk._group_park(queue text, group_key text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET plan_cache_mode = force_generic_plan
 AS $$
+#variable_conflict use_variable
 DECLARE
     room bigint;
     turns bigint[] := '{}';
@@ -227,58 +227,93 @@ DECLARE
 BEGIN
     -- Above READ COMMITTED the reads below would not be fresh: park nothing.
     IF pg_catalog.current_setting('transaction_isolation') <> 'read committed'
-       -- Parked already (by this commit's call for an earlier row) or gone.
-       OR NOT EXISTS (SELECT FROM alk.jobs j WHERE j.id = NEW.id AND j.queue = NEW.queue
-                                               AND j.state = 'pending' AND j.after_left = 0)
-       OR NOT pg_catalog.pg_try_advisory_xact_lock(1634495335, alk._group_lock(NEW.queue, NEW.group_key)) THEN
-        RETURN NULL;
+       OR NOT pg_catalog.pg_try_advisory_xact_lock(1634495335, alk._group_lock(queue, group_key)) THEN
+        RETURN;
     END IF;
-    room := alk._group_room(NEW.queue, NEW.group_key);
+    room := alk._group_room(queue, group_key);
     IF room > 0 THEN
         -- No parked job and no more pending ones than the room: all are
         -- turns (a group's first job, the usual case). Else compute them.
-        IF NOT EXISTS (SELECT FROM alk.jobs j WHERE j.queue = NEW.queue AND j.group_key = NEW.group_key
+        IF NOT EXISTS (SELECT FROM alk.jobs j WHERE j.queue = queue AND j.group_key = group_key
                                                 AND j.state = 'pending' AND j.after_left = -1)
            AND (SELECT count(*) FROM (SELECT FROM alk.jobs j
-                                       WHERE j.queue = NEW.queue AND j.group_key = NEW.group_key
+                                       WHERE j.queue = queue AND j.group_key = group_key
                                          AND j.state = 'pending' AND j.after_left = 0 LIMIT room + 1) c) <= room THEN
-            RETURN NULL;
+            RETURN;
         END IF;
-        turns := alk._group_turn_ids(NEW.queue, NEW.group_key, room);
+        turns := alk._group_turn_ids(queue, group_key, room);
         SELECT array_agg(t.id) INTO unpark
           FROM (SELECT k.id FROM alk.jobs k
-                 WHERE k.id = ANY (turns) AND k.queue = NEW.queue AND k.state = 'pending' AND k.after_left = -1
+                 WHERE k.id = ANY (turns) AND k.queue = queue AND k.state = 'pending' AND k.after_left = -1
                    FOR NO KEY UPDATE SKIP LOCKED) t;
         IF unpark IS NOT NULL THEN
-            UPDATE alk.jobs j SET after_left = 0 WHERE j.id = ANY (unpark) AND j.queue = NEW.queue;
+            UPDATE alk.jobs j SET after_left = 0 WHERE j.id = ANY (unpark) AND j.queue = queue;
         END IF;
     END IF;
     SELECT array_agg(t.id) INTO park
       FROM (SELECT k.id FROM alk.jobs k
-             WHERE k.queue = NEW.queue AND k.group_key = NEW.group_key AND k.state = 'pending' AND k.after_left = 0
+             WHERE k.queue = queue AND k.group_key = group_key AND k.state = 'pending' AND k.after_left = 0
                AND k.id <> ALL (turns)
                FOR NO KEY UPDATE SKIP LOCKED) t;
     IF park IS NOT NULL THEN
-        UPDATE alk.jobs j SET after_left = -1 WHERE j.id = ANY (park) AND j.queue = NEW.queue;
+        UPDATE alk.jobs j SET after_left = -1 WHERE j.id = ANY (park) AND j.queue = queue;
     END IF;
+END
+$$;
+COMMENT ON FUNCTION alk._group_park(text, text) IS
+'internal: park the pending jobs of a serial group that are not its turns, unpark those that are (at commit)';
+
+-- The groups a transaction enqueued into, one row per enqueue (per group
+-- for a batch), each handed to alk._group_park at its commit by a deferred
+-- trigger, which deletes it: rows live only inside their transaction. A
+-- side table rather than a trigger on the insert of every job, which would
+-- cost each job without a group its WHEN test and after-trigger setup.
+CREATE TABLE alk.group_arrivals (
+    id bigint GENERATED ALWAYS AS IDENTITY,
+    queue text NOT NULL,
+    group_key text NOT NULL,
+    CONSTRAINT group_arrivals_pkey PRIMARY KEY (id)
+);
+COMMENT ON TABLE alk.group_arrivals IS
+'Serial groups enqueued into by open transactions, parked at their commit. Private: written by the enqueues.';
+
+-- SECURITY DEFINER: a deferred trigger runs at commit as the session's
+-- role, outside the alk function that enqueued.
+CREATE FUNCTION alk._group_arrived()
+RETURNS trigger
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM alk._group_park(NEW.queue, NEW.group_key);
+    DELETE FROM alk.group_arrivals a WHERE a.id = NEW.id;
     RETURN NULL;
 END
 $$;
-COMMENT ON FUNCTION alk._group_park() IS
-'internal: trigger, at commit: park the pending jobs of the new job''s serial group that are not its turns';
+COMMENT ON FUNCTION alk._group_arrived() IS
+'internal: trigger, at commit: park a group enqueued into (alk._group_park) and forget its arrival row';
 
 -- Deferred to the commit, so the group's lock is held from the fresh read
 -- to the commit only, not for the life of the transaction that enqueued
--- (a settle of the group waits for that lock). WHEN keeps jobs without a
--- group free of the trigger; a rotation's moved rows (alk.rotate_jobs sets
--- alk.rotating) are neither new nor changed.
-CREATE CONSTRAINT TRIGGER jobs_group_arrived AFTER INSERT ON alk.jobs
+-- (a settle of the group waits for that lock).
+CREATE CONSTRAINT TRIGGER group_arrivals_park AFTER INSERT ON alk.group_arrivals
     DEFERRABLE INITIALLY DEFERRED FOR EACH ROW
-    WHEN (NEW.group_key IS NOT NULL AND NEW.state = 'pending' AND NEW.after_left = 0
-          AND pg_catalog.current_setting('alk.rotating', true) IS DISTINCT FROM 'on')
-    EXECUTE FUNCTION alk._group_park();
-COMMENT ON TRIGGER jobs_group_arrived ON alk.jobs IS
-'At commit, parks the new grouped job and its group''s pending jobs that are not the group''s turns (alk._group_park).';
+    EXECUTE FUNCTION alk._group_arrived();
+COMMENT ON TRIGGER group_arrivals_park ON alk.group_arrivals IS
+'At commit, parks the pending jobs of the group enqueued into that are not its turns (alk._group_park).';
+
+CREATE FUNCTION alk._group_returned()
+RETURNS trigger
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM alk._group_park(NEW.queue, NEW.group_key);
+    RETURN NULL;
+END
+$$;
+COMMENT ON FUNCTION alk._group_returned() IS
+'internal: trigger, at commit: park the group of a job pending again or done waiting (alk._group_park)';
 
 -- A job pending again (a retry's or snooze's run_at, requeue_dead) or done
 -- waiting for its after jobs. Neither the claim nor an ack sets these
@@ -286,7 +321,7 @@ COMMENT ON TRIGGER jobs_group_arrived ON alk.jobs IS
 CREATE CONSTRAINT TRIGGER jobs_group_returned AFTER UPDATE OF run_at, after_left ON alk.jobs
     DEFERRABLE INITIALLY DEFERRED FOR EACH ROW
     WHEN (NEW.group_key IS NOT NULL AND NEW.state = 'pending' AND NEW.after_left = 0 AND OLD.after_left <> -1)
-    EXECUTE FUNCTION alk._group_park();
+    EXECUTE FUNCTION alk._group_returned();
 COMMENT ON TRIGGER jobs_group_returned ON alk.jobs IS
 'At commit, parks a grouped job that became pending again, or claimable after its after jobs, unless it is one of '
 'its group''s turns (alk._group_park).';

@@ -105,6 +105,9 @@ DECLARE
     this_minute bigint := clock / 60 * 60;
     me integer := pg_catalog.pg_backend_pid();
     completed bigint[];
+    grouped boolean;
+    group_queues text[];
+    group_keys text[];
 BEGIN
     IF (_settle.attempts IS NOT NULL AND cardinality(_settle.attempts) <> k)
        OR (_settle.outcomes IS NOT NULL AND cardinality(_settle.outcomes) <> k)
@@ -134,6 +137,20 @@ BEGIN
     END IF;
     IF k = 0 THEN
         RETURN;
+    END IF;
+    -- Serial groups (38_group_turns.sql): the groups of the jobs to settle,
+    -- read before the statements below delete them (a job's group never
+    -- changes), given their next turns after. A queue running no grouped
+    -- job pays one probe of the empty end of jobs_group_running.
+    grouped := CASE WHEN _settle.queue IS NULL
+        THEN EXISTS (SELECT FROM alk.jobs j WHERE j.state = 'processing' AND j.group_key IS NOT NULL)
+        ELSE EXISTS (SELECT FROM alk.jobs j WHERE j.queue = _settle.queue AND j.state = 'processing'
+                                              AND j.group_key IS NOT NULL) END;
+    IF grouped THEN
+        SELECT array_agg(j.queue), array_agg(j.group_key) INTO group_queues, group_keys
+          FROM alk.jobs j
+         WHERE j.id = ANY (_settle.job_ids) AND (_settle.queue IS NULL OR j.queue = _settle.queue)
+           AND j.state = 'processing' AND j.group_key IS NOT NULL;
     END IF;
     -- Acks on queues that keep completed jobs, first; the statements below
     -- then delete the acked jobs they left.
@@ -175,6 +192,9 @@ BEGIN
         -- dependencies are used, in a later statement than the settlement.
         IF EXISTS (SELECT FROM alk.job_after e WHERE e.after_id = ANY (_settle.job_ids)) THEN
             PERFORM alk._after_sync(_settle.job_ids);
+        END IF;
+        IF group_queues IS NOT NULL THEN
+            PERFORM alk._group_turns(group_queues, group_keys);
         END IF;
         RETURN;
     END IF;
@@ -239,6 +259,9 @@ BEGIN
     IF EXISTS (SELECT FROM alk.job_after e WHERE e.after_id = ANY (_settle.job_ids)) THEN
         PERFORM alk._after_sync(_settle.job_ids);
     END IF;
+    IF group_queues IS NOT NULL THEN
+        PERFORM alk._group_turns(group_queues, group_keys);
+    END IF;
 END
 $$;
 COMMENT ON FUNCTION alk._settle(text, text, bigint[], bigint[], text[], text[], bigint[], jsonb[]) IS
@@ -266,6 +289,8 @@ DECLARE
     this_minute bigint := clock / 60 * 60;
     done boolean;
     awaited boolean;
+    acked_queue text;
+    acked_group text;
 BEGIN
     IF EXISTS (SELECT FROM alk.queue_settings s WHERE ack.queue IS NULL OR s.queue = ack.queue) THEN
         IF alk._complete(ack.queue, wid, clock, ARRAY[ack.job_id], ARRAY[ack.attempt], NULL, ARRAY[ack.result])
@@ -277,17 +302,22 @@ BEGIN
         DELETE FROM alk.jobs j
          WHERE j.id = ack.job_id AND (ack.queue IS NULL OR j.queue = ack.queue)
            AND alk._holds(j, wid, ack.attempt, clock)
-        RETURNING j.queue, j.awaited
+        RETURNING j.queue, j.awaited, j.group_key
     ), counted AS (
         INSERT INTO alk.queue_counts AS c (queue, minute, backend, acked)
         SELECT a.queue, this_minute, pg_catalog.pg_backend_pid(), 1 FROM acked a
         ON CONFLICT ON CONSTRAINT queue_counts_pkey DO UPDATE SET acked = c.acked + excluded.acked
         RETURNING c.queue
     )
-    SELECT true, (SELECT a.awaited FROM acked a) INTO done, awaited FROM counted;
+    SELECT true, a.awaited, a.queue, a.group_key INTO done, awaited, acked_queue, acked_group
+      FROM counted, acked a;
     -- Jobs enqueued after this one may run now (35_after.sql).
     IF awaited THEN
         PERFORM alk._after_sync(ARRAY[ack.job_id]);
+    END IF;
+    -- Its serial group's next turn (38_group_turns.sql).
+    IF acked_group IS NOT NULL THEN
+        PERFORM alk._group_turns(ARRAY[acked_queue], ARRAY[acked_group]);
     END IF;
     RETURN done IS NOT NULL;
 END
@@ -315,6 +345,8 @@ DECLARE
     n_acked bigint;
     n_kept bigint := 0;
     awaited bigint[];
+    group_queues text[];
+    group_keys text[];
 BEGIN
     IF ack_batch.attempts IS NOT NULL AND cardinality(ack_batch.attempts) <> coalesce(cardinality(ack_batch.job_ids), 0) THEN
         -- _settle raises the LK002 that names the arrays.
@@ -334,17 +366,24 @@ BEGIN
          WHERE j.id = ANY (ack_batch.job_ids) AND j.id = f.id
            AND (ack_batch.queue IS NULL OR j.queue = ack_batch.queue)
            AND alk._holds(j, wid, f.attempt, clock)
-        RETURNING j.id, j.queue, j.awaited
+        RETURNING j.id, j.queue, j.awaited, j.group_key
     ), counted AS (
         INSERT INTO alk.queue_counts AS c (queue, minute, backend, acked)
         SELECT a.queue, this_minute, pg_catalog.pg_backend_pid(), count(*) FROM acked a GROUP BY a.queue
         ON CONFLICT ON CONSTRAINT queue_counts_pkey DO UPDATE SET acked = c.acked + excluded.acked
         RETURNING c.queue
     )
-    SELECT count(*), array_agg(a.id) FILTER (WHERE a.awaited) INTO n_acked, awaited FROM acked a;
+    SELECT count(*), array_agg(a.id) FILTER (WHERE a.awaited),
+           array_agg(a.queue) FILTER (WHERE a.group_key IS NOT NULL),
+           array_agg(a.group_key) FILTER (WHERE a.group_key IS NOT NULL)
+      INTO n_acked, awaited, group_queues, group_keys FROM acked a;
     -- Jobs enqueued after these may run now (35_after.sql).
     IF awaited IS NOT NULL THEN
         PERFORM alk._after_sync(awaited);
+    END IF;
+    -- Their serial groups' next turns (38_group_turns.sql).
+    IF group_queues IS NOT NULL THEN
+        PERFORM alk._group_turns(group_queues, group_keys);
     END IF;
     RETURN n_acked + n_kept;
 END

@@ -22,12 +22,17 @@ DECLARE
     was text;
     holder text;
     awaited boolean;
+    cancelled_group text;
 BEGIN
     PERFORM alk._check_name('queue', cancel.queue);
     DELETE FROM alk.jobs j WHERE j.queue = cancel.queue AND j.id = job_id AND j.state IN ('pending', 'processing')
-    RETURNING j.state, j.worker_id, j.awaited INTO was, holder, awaited;
+    RETURNING j.state, j.worker_id, j.awaited, j.group_key INTO was, holder, awaited, cancelled_group;
     IF was IS NULL THEN
         RETURN false;
+    END IF;
+    -- Its serial group's next turn (38_group_turns.sql).
+    IF cancelled_group IS NOT NULL THEN
+        PERFORM alk._group_turns(ARRAY[cancel.queue], ARRAY[cancelled_group]);
     END IF;
     -- A cancelled job no longer exists: the jobs enqueued after it are
     -- released, as by an ack (docs/queue.md "Dependencies").
