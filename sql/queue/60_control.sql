@@ -9,7 +9,8 @@
 -- notice to a processing job's holder, 0028 dependencies (35_after.sql): a
 -- cancelled or purged job releases, an expired one buries, a requeued one
 -- revives the jobs enqueued after it; 0029 queue limits; 0030 the cancel
--- notice to a waiting producer.
+-- notice to a waiting producer; 0032 a cancelled processing job's freed
+-- max_running slot wakes idle workers.
 
 -- operations by id --------------------------------------------------------
 
@@ -39,6 +40,10 @@ BEGIN
     -- outcome. Sent whatever the lease: a lapsed holder may still be running it.
     IF was = 'processing' AND holder IS NOT NULL THEN
         PERFORM pg_catalog.pg_notify(alk._worker_channel(holder), 'cancel ' || job_id);
+    END IF;
+    -- A processing job held a max_running slot: idle workers may claim now.
+    IF was = 'processing' THEN
+        PERFORM alk._wake_freed(ARRAY[cancel.queue]);
     END IF;
     -- A producer waiting for the job's outcome (65_outcome.sql) learns too.
     IF EXISTS (SELECT FROM alk.queue_settings s WHERE s.queue = cancel.queue) THEN
