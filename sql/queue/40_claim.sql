@@ -112,10 +112,13 @@ COMMENT ON FUNCTION alk._rate_spend(alk.limited_queues, bigint, bigint) IS
 -- workers sleep until alk.next_claim_at, which said full, so the settle
 -- wakes them through the wake protocol (alk._wake, 20_wake.sql: only a
 -- visible idle advert costs a NOTIFY) when a due job waits for the slot.
--- Release and snooze wake through alk._wake already. Callers probe
--- alk.limited_queues inside a statement of their own before calling this,
--- so a queue without max_running pays no statement; they call it in a
--- statement after the settlement (a fresh snapshot, as alk._wake needs: an
+-- Release and snooze wake through alk._wake already. Callers call it only
+-- for jobs claimed under max_running (alk.jobs.under_max_running, which
+-- their settling statement returns: alk.ack and cancel pay nothing more
+-- for other jobs) or after a probe of alk.limited_queues folded into a
+-- statement they run anyway (the batch forms, whose settled rows are gone
+-- by then, and acks kept as completed); they call it in a statement after
+-- the settlement (a fresh snapshot, as alk._wake needs: an
 -- advert committed before it is seen; one committed after finds the settle
 -- in the worker's fence). queues NULL: every queue with max_running (a
 -- settle that did not name its queue). The slot is counted again here:
@@ -311,7 +314,7 @@ BEGIN
                 UPDATE alk.jobs j
                    SET state = 'processing', worker_id = wid, claimed_at = clock,
                        claim_expires_at = alk._sat_add(clock, j.visibility_timeout_s),
-                       attempts = j.attempts + 1
+                       attempts = j.attempts + 1, under_max_running = lim.max_running IS NOT NULL
                  WHERE j.id = ANY (live) AND j.queue = _claim.queue
                 RETURNING j.*
             )

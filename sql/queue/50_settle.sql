@@ -1,7 +1,7 @@
 -- pyalk queue, operations on a claimed job (docs/contract.md#queue): the
 -- settlement rule (alk._settle) and ack, ack_batch, settle, retry, fail,
--- heartbeat, release_jobs, snooze and settle_and_claim, all under the claim's
--- token.
+-- heartbeat and settle_and_claim, all under the claim's token (release_jobs
+-- and snooze: 55_give_back.sql).
 --
 -- After claim (settle_and_claim calls alk._claim). Every settlement counts
 -- itself in alk.queue_counts (80_throughput.sql; the bodies reach it at run
@@ -301,19 +301,17 @@ BEGIN
         DELETE FROM alk.jobs j
          WHERE j.id = ack.job_id AND (ack.queue IS NULL OR j.queue = ack.queue)
            AND alk._holds(j, wid, ack.attempt, clock)
-        RETURNING j.queue, j.awaited
+        RETURNING j.queue, j.awaited, j.under_max_running
     ), counted AS (
         INSERT INTO alk.queue_counts AS c (queue, minute, backend, acked)
         SELECT a.queue, this_minute, pg_catalog.pg_backend_pid(), 1 FROM acked a
         ON CONFLICT ON CONSTRAINT queue_counts_pkey DO UPDATE SET acked = c.acked + excluded.acked
         RETURNING c.queue
     )
-    -- The job's queue, when it has max_running: one probe of
-    -- alk.limited_queues by the counted row's queue, in this statement (a
-    -- join with acked instead cost about 15% more per ack, server side).
-    SELECT true, (SELECT a.awaited FROM acked a),
-           (SELECT ARRAY[l.queue] FROM alk.limited_queues l WHERE l.queue = c.queue AND l.max_running IS NOT NULL)
-      INTO done, awaited, limited FROM counted c;
+    -- The job's queue when it was claimed under max_running (its row says
+    -- so: no probe of alk.limited_queues for the others).
+    SELECT true, a.awaited, CASE WHEN a.under_max_running THEN ARRAY[a.queue] END
+      INTO done, awaited, limited FROM counted, acked a;
     -- Jobs enqueued after this one may run now (35_after.sql).
     IF awaited THEN
         PERFORM alk._after_sync(ARRAY[ack.job_id]);
@@ -368,27 +366,29 @@ BEGIN
          WHERE j.id = ANY (ack_batch.job_ids) AND j.id = f.id
            AND (ack_batch.queue IS NULL OR j.queue = ack_batch.queue)
            AND alk._holds(j, wid, f.attempt, clock)
-        RETURNING j.id, j.queue, j.awaited
+        RETURNING j.id, j.queue, j.awaited, j.under_max_running
     ), counted AS (
         INSERT INTO alk.queue_counts AS c (queue, minute, backend, acked)
         SELECT a.queue, this_minute, pg_catalog.pg_backend_pid(), count(*) FROM acked a GROUP BY a.queue
         ON CONFLICT ON CONSTRAINT queue_counts_pkey DO UPDATE SET acked = c.acked + excluded.acked
         RETURNING c.queue
     )
-    -- The queues with max_running whose slots these acks freed (the kept
-    -- ones of ack_batch.queue, or of any queue when it is NULL), probed in
-    -- this statement.
+    -- The queues whose max_running slots these acks freed: the deleted
+    -- jobs' rows say so; for jobs kept as completed (gone from acked), a
+    -- probe of alk.limited_queues (ack_batch.queue's, or any when NULL).
     SELECT count(*), array_agg(a.id) FILTER (WHERE a.awaited),
-           (SELECT array_agg(l.queue) FROM alk.limited_queues l
-             WHERE l.max_running IS NOT NULL
-               AND (l.queue IN (SELECT d.queue FROM acked d)
-                    OR (n_kept > 0 AND (ack_batch.queue IS NULL OR l.queue = ack_batch.queue))))
+           array_agg(DISTINCT a.queue) FILTER (WHERE a.under_max_running)
       INTO n_acked, awaited, limited FROM acked a;
+    IF n_kept > 0 THEN
+        limited := limited || ARRAY(SELECT l.queue FROM alk.limited_queues l
+                                     WHERE l.max_running IS NOT NULL
+                                       AND (ack_batch.queue IS NULL OR l.queue = ack_batch.queue));
+    END IF;
     -- Jobs enqueued after these may run now (35_after.sql).
     IF awaited IS NOT NULL THEN
         PERFORM alk._after_sync(awaited);
     END IF;
-    IF limited IS NOT NULL THEN
+    IF cardinality(limited) > 0 THEN
         PERFORM alk._wake_freed(limited);
     END IF;
     RETURN n_acked + n_kept;
@@ -469,82 +469,6 @@ COMMENT ON FUNCTION alk.heartbeat(bigint, text, bigint, bigint, text) IS
 'Extend a claimed job''s lease to now + extend seconds (the row''s visibility_timeout_s when NULL). True when the '
 'claim was valid at call time; a negative extend leaves a lapsed lease that voids the claim on the next op. '
 'Example: SELECT alk.heartbeat(42, ''worker-1'', 1, 600);';
-
-CREATE FUNCTION alk.release_jobs(job_ids bigint[], worker_id text, attempts bigint[], queue text DEFAULT NULL)
-RETURNS bigint
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-    clock bigint := alk.now();
-    wid text := alk._name_ok('worker_id', release_jobs.worker_id, true);
-    released bigint;
-    queues text[];
-BEGIN
-    IF attempts IS NOT NULL AND cardinality(attempts) <> cardinality(job_ids) THEN
-        PERFORM alk._raise('LK002', 'attempts must have one entry per job id: got ' || cardinality(job_ids)
-            || ' job_ids and ' || cardinality(attempts) || ' attempts');
-    END IF;
-    -- Pending again at its place in claim order (run_at kept), with the
-    -- claim's attempt refunded; attempts itself stays, so the token the
-    -- claim issued is dead for good.
-    WITH r AS (
-        UPDATE alk.jobs j
-           SET state = 'pending', worker_id = NULL, claimed_at = NULL, claim_expires_at = NULL,
-               attempts_refunded = j.attempts_refunded + 1
-          FROM unnest(release_jobs.job_ids, release_jobs.attempts) AS w(id, attempt)
-         WHERE j.id = w.id AND (release_jobs.queue IS NULL OR j.queue = release_jobs.queue)
-           AND alk._holds(j, wid, w.attempt, clock)
-        RETURNING j.queue
-    )
-    SELECT count(*), array_agg(DISTINCT r.queue) INTO released, queues FROM r;
-    PERFORM alk._wake(q.name) FROM unnest(queues) AS q(name);
-    RETURN released;
-END
-$$;
-COMMENT ON FUNCTION alk.release_jobs(bigint[], text, bigint[], text) IS
-'Give claimed jobs that never started back at once: pending, due at their old place in claim order, without spending '
-'an attempt (attempts_refunded + 1). attempts holds each job''s fencing token (NULL: skip that check); the validity '
-'predicate of alk.ack applies and the token stays invalid for good (the next claim issues attempts + 1). Returns how '
-'many were released. Example: SELECT alk.release_jobs(ARRAY[41, 42], ''worker-1'', ARRAY[1, 1]);';
-
--- A handler that cannot run yet gives its job back for later without it
--- counting as a failure: release_jobs' refund, at a ready time of its own.
--- Pending at now + delay (saturating; NULL: 0, due at once, as an unset
--- enqueue delay), attempt refunded, attempts itself kept so the token is dead
--- for good. Idle workers are woken as for a release: the job may be due now,
--- and a worker asleep until a later next_claim_at should look again.
-CREATE FUNCTION alk.snooze(job_id bigint, worker_id text, attempt bigint, delay bigint, queue text DEFAULT NULL)
-RETURNS boolean
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $$
-#variable_conflict use_column
-DECLARE
-    clock bigint := alk.now();
-    wid text := alk._name_ok('worker_id', snooze.worker_id, true);
-    snoozed text;
-BEGIN
-    UPDATE alk.jobs j
-       SET state = 'pending', worker_id = NULL, claimed_at = NULL, claim_expires_at = NULL,
-           run_at = alk._sat_add(clock, coalesce(snooze.delay, 0)),
-           attempts_refunded = j.attempts_refunded + 1
-     WHERE j.id = snooze.job_id AND (snooze.queue IS NULL OR j.queue = snooze.queue)
-       AND alk._holds(j, wid, snooze.attempt, clock)
-    RETURNING j.queue INTO snoozed;
-    IF snoozed IS NULL THEN
-        RETURN false;
-    END IF;
-    PERFORM alk._wake(snoozed);
-    RETURN true;
-END
-$$;
-COMMENT ON FUNCTION alk.snooze(bigint, text, bigint, bigint, text) IS
-'Give a claimed job back for later without spending its attempt: pending, no worker, ready at now + delay seconds '
-'(saturating; any bigint, a negative one is due at once; NULL is 0), attempts_refunded + 1. The validity predicate of '
-'alk.ack applies (attempt NULL skips the token check); the token stays invalid for good (the next claim issues '
-'attempts + 1). False, and nothing changes, when the claim is no longer valid. '
-'Example: SELECT alk.snooze(job_id => 42, worker_id => ''worker-1'', attempt => 1, delay => 60);';
 
 CREATE TYPE alk.settle_claim_row AS (
     kind text,

@@ -23,10 +23,11 @@ DECLARE
     was text;
     holder text;
     awaited boolean;
+    limited boolean;
 BEGIN
     PERFORM alk._check_name('queue', cancel.queue);
     DELETE FROM alk.jobs j WHERE j.queue = cancel.queue AND j.id = job_id AND j.state IN ('pending', 'processing')
-    RETURNING j.state, j.worker_id, j.awaited INTO was, holder, awaited;
+    RETURNING j.state, j.worker_id, j.awaited, j.under_max_running INTO was, holder, awaited, limited;
     IF was IS NULL THEN
         RETURN false;
     END IF;
@@ -42,7 +43,7 @@ BEGIN
         PERFORM pg_catalog.pg_notify(alk._worker_channel(holder), 'cancel ' || job_id);
     END IF;
     -- A processing job held a max_running slot: idle workers may claim now.
-    IF was = 'processing' THEN
+    IF was = 'processing' AND limited THEN
         PERFORM alk._wake_freed(ARRAY[cancel.queue]);
     END IF;
     -- A producer waiting for the job's outcome (65_outcome.sql) learns too.
@@ -332,6 +333,12 @@ BEGIN
                max_running_per_group = excluded.max_running_per_group;
         IF rate IS NULL THEN
             DELETE FROM alk.queue_rate_windows w WHERE w.queue = q;
+        END IF;
+        -- Jobs claimed before max_running was set hold slots now: their
+        -- settles wake idle workers too (alk.jobs.under_max_running).
+        IF max_running IS NOT NULL AND previous.max_running IS NULL THEN
+            UPDATE alk.jobs j SET under_max_running = true
+             WHERE j.queue = q AND j.state = 'processing' AND NOT j.under_max_running;
         END IF;
     END IF;
     IF previous IS NOT DISTINCT FROM wanted OR (previous.queue IS NULL AND wanted.max_running IS NULL

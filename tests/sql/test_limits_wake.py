@@ -59,6 +59,17 @@ def test_a_settle_that_frees_a_slot_wakes_the_idle_workers(db, listen, form):
     assert listener.heard(db) == [("q", "")]
 
 
+def test_a_job_claimed_before_max_running_was_set_wakes_them_too(db, listen):
+    held = enqueue(db)
+    enqueue(db)
+    [job] = claim(db)
+    assert job["id"] == held
+    limit(db, max_running=1)  # marks the running job: it holds the one slot
+    listener = listen("q")
+    assert one(db, SETTLES["ack"], id=held, attempt=1) is True
+    assert listener.heard(db) == [("q", "")]
+
+
 def test_an_ack_kept_as_completed_wakes_them_too(db, listen):
     db.execute("SELECT alk.set_queue_retention('q', 3600)")
     held = full_queue(db)
