@@ -107,9 +107,7 @@ def template_db(pg_server: Server) -> Iterator[str]:
         janitor.drop()
 
 
-@pytest.fixture
-def dsn(pg_server: Server, template_db: str) -> Iterator[str]:
-    """conninfo of a fresh database copied from the migrated template."""
+def _fresh_database(pg_server: Server, template_db: str) -> Iterator[str]:
     name = f"pyalk_t_{secrets.token_hex(6)}"
     janitor = _janitor(pg_server, name, template_dbname=template_db)
     janitor.init()
@@ -117,6 +115,18 @@ def dsn(pg_server: Server, template_db: str) -> Iterator[str]:
         yield pg_server.dsn_for(name)
     finally:
         janitor.drop()
+
+
+@pytest.fixture
+def dsn(pg_server: Server, template_db: str) -> Iterator[str]:
+    """conninfo of a fresh database copied from the migrated template."""
+    yield from _fresh_database(pg_server, template_db)
+
+
+@pytest.fixture
+def second_dsn(pg_server: Server, template_db: str) -> Iterator[str]:
+    """Another fresh database from the template: the same steps run twice, apart."""
+    yield from _fresh_database(pg_server, template_db)
 
 
 @pytest.fixture

@@ -1,5 +1,5 @@
 """A claimed job's handle: the ops that carry its claim's fencing token
-(alk.ack, alk.retry, alk.fail, alk.snooze, alk.heartbeat; sql/queue/50_settle.sql).
+(alk.ack, alk.retry, alk.fail, alk.heartbeat: sql/queue/50_settle.sql; alk.snooze: 55_give_back.sql).
 The rules are the SQL's; this module binds them for one claimed job."""
 
 from __future__ import annotations

@@ -136,6 +136,11 @@ CREATE TABLE alk.jobs (
     -- The partition the row sits in (alk.job_slots): 0 or 1 for the rotating
     -- slots, 2 for dead and completed rows a rotation moved out of them.
     slot bigint NOT NULL DEFAULT alk._job_slot(),
+    -- Claimed while its queue had max_running (set by every claim, and by
+    -- alk.set_queue_limits on the queue's processing jobs; 0032): settling
+    -- it frees a slot, so the settle looks for idle workers to wake
+    -- (alk._wake_freed). Unset, an ack never looks.
+    under_max_running boolean NOT NULL DEFAULT false,
     -- The key holds the queue so the table can be hash-distributed by queue,
     -- and the slot because a partitioned table's key must; id leads it so ops
     -- by id (ack, retry, ...) are one probe of each slot's index.

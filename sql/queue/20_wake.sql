@@ -3,7 +3,8 @@
 --
 -- Before enqueue, whose functions call alk._wake. Landed in 0002_queue.sql
 -- (the channel) and 0009_queue.sql (adverts, fence); 0017 made an enqueue
--- consume the advert it sees, 0021 added alk._wake_held.
+-- consume the advert it sees, 0021 added alk._wake_held; since 0032 a settle
+-- that frees a max_running slot wakes through alk._wake too (40_claim.sql).
 
 -- wake-ups --------------------------------------------------------------------
 
@@ -73,7 +74,8 @@ $$;
 COMMENT ON FUNCTION alk.queue_channel(text) IS
 'The LISTEN channel of a queue: ''alk_q_'' and the first 32 hex digits of sha256(queue as UTF-8), a 38-byte '
 'identifier whatever the name. A worker that waits idle (alk.wait_for_jobs) is notified there at the commit of '
-'the first enqueue, release, snooze or requeue of the queue that commits after the advert (it consumes the '
+'the first enqueue, release, snooze or requeue of the queue that commits after the advert, or settle that frees a '
+'max_running slot while a due job waits (it consumes the '
 'advert: one notification per idle period; advertise again before waiting again), and by alk.resume_queue; with '
 'an empty payload: on wake-up, claim. Example: SELECT alk.queue_channel(''emails''); then LISTEN "<that channel>";';
 

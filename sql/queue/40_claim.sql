@@ -6,8 +6,9 @@
 -- Before settle, whose alk.settle_and_claim calls alk._claim. Landed in
 -- 0002_queue.sql (claim) and 0007_worker.sql (next_claim_at); changed by 0009,
 -- 0016, 0026 (alk.job's new columns), 0028 (after: a waiting job is not in
--- jobs_claim_pending, whose predicate every pending read below repeats) and
--- 0029 (queue limits, serial groups).
+-- jobs_claim_pending, whose predicate every pending read below repeats),
+-- 0029 (queue limits, serial groups) and 0032 (a freed max_running slot
+-- wakes idle workers: alk._wake_freed).
 
 -- limits --------------------------------------------------------------------
 
@@ -105,6 +106,81 @@ AS $$
 $$;
 COMMENT ON FUNCTION alk._rate_spend(alk.limited_queues, bigint, bigint) IS
 'internal: count a claim''s jobs in its queue''s rate window';
+
+-- A settle that frees a max_running slot (ack, ack_batch, settle, retry,
+-- fail, settle_and_claim, cancel of a processing job): the queue's idle
+-- workers sleep until alk.next_claim_at, which said full, so the settle
+-- wakes them through the wake protocol (alk._wake, 20_wake.sql: only a
+-- visible idle advert costs a NOTIFY) when a due job waits for the slot.
+-- Release and snooze wake through alk._wake already. Callers call it only
+-- for jobs claimed under max_running (alk.jobs.under_max_running, which
+-- their settling statement returns: alk.ack and cancel pay nothing more
+-- for other jobs) or after a probe of alk.limited_queues folded into a
+-- statement they run anyway (the batch forms, whose settled rows are gone
+-- by then, and acks kept as completed); they call it in a statement after
+-- the settlement (a fresh snapshot, as alk._wake needs: an
+-- advert committed before it is seen; one committed after finds the settle
+-- in the worker's fence). queues NULL: every queue with max_running (a
+-- settle that did not name its queue). The slot is counted again here:
+-- settle_and_claim calls this after its own claim, which may have refilled
+-- it. A due job of a full serial group still wakes them (they claim nothing
+-- and sleep again).
+CREATE FUNCTION alk._due_pending(queue text, clock bigint)
+RETURNS boolean
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    -- One probe per distinct pending priority (jobs_claim_pending), as
+    -- alk.next_claim_at walks them, stopping at the first with a due job.
+    WITH RECURSIVE priorities(priority) AS (
+        (SELECT j.priority FROM alk.jobs j
+          WHERE j.queue = $1 AND j.state = 'pending' AND j.after_left = 0
+          ORDER BY j.priority DESC LIMIT 1)
+        UNION ALL
+        SELECT (SELECT j.priority FROM alk.jobs j
+                 WHERE j.queue = $1 AND j.state = 'pending' AND j.after_left = 0 AND j.priority < p.priority
+                 ORDER BY j.priority DESC LIMIT 1)
+          FROM priorities p WHERE p.priority IS NOT NULL
+    )
+    SELECT EXISTS (SELECT FROM priorities p
+                    WHERE p.priority IS NOT NULL
+                      AND EXISTS (SELECT FROM alk.jobs j
+                                   WHERE j.queue = $1 AND j.state = 'pending' AND j.after_left = 0
+                                     AND j.priority = p.priority AND j.run_at <= $2))
+$$;
+COMMENT ON FUNCTION alk._due_pending(text, bigint) IS
+'internal: whether the queue has a due pending job with nothing left to wait for';
+
+CREATE FUNCTION alk._wake_freed(queues text[])
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    clock bigint := alk.now();
+    q text;
+    woke boolean := false;
+BEGIN
+    FOR q IN
+        SELECT l.queue FROM alk.limited_queues l
+         WHERE l.max_running IS NOT NULL AND (queues IS NULL OR l.queue = ANY (queues))
+           -- Someone sleeps (the cheapest test first), a slot is free, and a
+           -- due job waits for it.
+           AND EXISTS (SELECT FROM alk.idle_workers w WHERE w.queue = l.queue)
+           AND (SELECT count(*) FROM (SELECT FROM alk.jobs j
+                                       WHERE j.queue = l.queue AND j.state = 'processing'
+                                         AND j.claim_expires_at >= clock LIMIT l.max_running) r) < l.max_running
+           AND alk._due_pending(l.queue, clock)
+    LOOP
+        PERFORM alk._wake(q);
+        woke := true;
+    END LOOP;
+    RETURN woke;
+END
+$$;
+COMMENT ON FUNCTION alk._wake_freed(text[]) IS
+'internal: after a settle of jobs of these queues (NULL: any), wake the idle workers of each that has max_running, '
+'a free slot and a due job; true when one was woken';
 
 -- claim ---------------------------------------------------------------------
 
@@ -238,7 +314,7 @@ BEGIN
                 UPDATE alk.jobs j
                    SET state = 'processing', worker_id = wid, claimed_at = clock,
                        claim_expires_at = alk._sat_add(clock, j.visibility_timeout_s),
-                       attempts = j.attempts + 1
+                       attempts = j.attempts + 1, under_max_running = lim.max_running IS NOT NULL
                  WHERE j.id = ANY (live) AND j.queue = _claim.queue
                 RETURNING j.*
             )
@@ -343,8 +419,8 @@ BEGIN
         RETURN NULL;
     END IF;
     -- Queue limits hold the claim back further. max_running full: until the
-    -- first valid lease lapses (an ack that frees a slot sooner claims again
-    -- itself, or wakes nobody: NULL would mean the same wait).
+    -- first valid lease lapses, or a settle that frees a slot sooner wakes
+    -- the idle workers (alk._wake_freed).
     IF lim.max_running IS NOT NULL
        AND (SELECT count(*) FROM alk.jobs j WHERE j.queue = next_claim_at.queue AND j.state = 'processing'
                AND j.claim_expires_at >= clock) >= lim.max_running THEN

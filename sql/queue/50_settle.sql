@@ -1,14 +1,16 @@
 -- pyalk queue, operations on a claimed job (docs/contract.md#queue): the
 -- settlement rule (alk._settle) and ack, ack_batch, settle, retry, fail,
--- heartbeat, release_jobs, snooze and settle_and_claim, all under the claim's
--- token.
+-- heartbeat and settle_and_claim, all under the claim's token (release_jobs
+-- and snooze: 55_give_back.sql).
 --
 -- After claim (settle_and_claim calls alk._claim). Every settlement counts
 -- itself in alk.queue_counts (80_throughput.sql; the bodies reach it at run
 -- time only). Landed in 0002_queue.sql; 0009 added alk._settle, settle,
 -- release_jobs and settle_and_claim; changed by 0015, 0019, 0020, 0022, 0023;
 -- 0025 added snooze; 0026 completed jobs and results (alk._complete); 0028
--- settling an awaited job releases or buries its waiters (alk._after_sync).
+-- settling an awaited job releases or buries its waiters (alk._after_sync);
+-- 0032 a settlement that frees a max_running slot wakes idle workers
+-- (alk._wake_freed, 40_claim.sql).
 
 -- operations on a claimed job -----------------------------------------------
 
@@ -84,7 +86,7 @@ COMMENT ON FUNCTION alk._complete(text, text, bigint, bigint[], bigint[], text[]
 -- (alk._prune_counts), so the retention rule lives once. Both statements
 -- below count the same way, and so do alk.ack's and alk.ack_batch's.
 CREATE FUNCTION alk._settle(queue text, worker_id text, job_ids bigint[], attempts bigint[], outcomes text[],
-                            errs text[], delays bigint[], results jsonb[] DEFAULT NULL)
+                            errs text[], delays bigint[], results jsonb[] DEFAULT NULL, wake boolean DEFAULT true)
 RETURNS TABLE (job_id bigint, attempt bigint, state text)
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -108,6 +110,8 @@ DECLARE
     grouped boolean;
     group_queues text[];
     group_keys text[];
+    waited_on boolean;
+    limited boolean;
 BEGIN
     IF (_settle.attempts IS NOT NULL AND cardinality(_settle.attempts) <> k)
        OR (_settle.outcomes IS NOT NULL AND cardinality(_settle.outcomes) <> k)
@@ -187,86 +191,92 @@ BEGIN
           LEFT JOIN first f ON f.ord = i.ord
           LEFT JOIN acked a ON a.id = f.id
          ORDER BY i.ord;
-        -- Jobs enqueued after these (35_after.sql): RETURN QUERY keeps no
-        -- awaited flag, so one probe of alk.job_after, empty unless
-        -- dependencies are used, in a later statement than the settlement.
-        IF EXISTS (SELECT FROM alk.job_after e WHERE e.after_id = ANY (_settle.job_ids)) THEN
-            PERFORM alk._after_sync(_settle.job_ids);
-        END IF;
-        IF group_queues IS NOT NULL THEN
-            PERFORM alk._group_turns(group_queues, group_keys);
-        END IF;
-        RETURN;
+    ELSE
+        RETURN QUERY
+        WITH input AS (
+            SELECT i.id, i.attempt, coalesce(i.outcome, 'ack') AS outcome, i.err, i.delay, i.ord
+              FROM unnest(_settle.job_ids, _settle.attempts, _settle.outcomes, _settle.errs, _settle.delays)
+                   WITH ORDINALITY AS i(id, attempt, outcome, err, delay, ord)
+        ), first AS (
+            SELECT DISTINCT ON (i.id) i.* FROM input i ORDER BY i.id, i.ord
+        ), acked AS (
+            DELETE FROM alk.jobs j USING first f
+             WHERE f.outcome = 'ack' AND j.id = ANY (_settle.job_ids) AND j.id = f.id AND (_settle.queue IS NULL OR j.queue = _settle.queue)
+               AND alk._holds(j, wid, f.attempt, clock)
+            RETURNING j.id, j.queue, 'acked'::text AS state
+        ), moved AS (
+            -- retry: pending again, no worker, ready at now + delay (NULL: the
+            -- row's curve, base * 2^(spent - 1)), unless its attempts are spent:
+            -- then, like fail, dead with the error.
+            UPDATE alk.jobs j
+               SET state = CASE WHEN f.outcome = 'fail' OR j.attempts - j.attempts_refunded >= j.max_attempts
+                                THEN 'dead' ELSE 'pending' END,
+                   run_at = CASE WHEN f.outcome = 'fail' OR j.attempts - j.attempts_refunded >= j.max_attempts
+                                 THEN j.run_at
+                                 ELSE alk._sat_add(clock, coalesce(f.delay, alk._sat_mul_pow2(j.backoff_base_s,
+                                      j.attempts - j.attempts_refunded - 1))) END,
+                   worker_id = CASE WHEN f.outcome = 'fail' OR j.attempts - j.attempts_refunded >= j.max_attempts
+                                    THEN j.worker_id END,
+                   claimed_at = CASE WHEN f.outcome = 'fail' OR j.attempts - j.attempts_refunded >= j.max_attempts
+                                     THEN j.claimed_at END,
+                   claim_expires_at = CASE WHEN f.outcome = 'fail' OR j.attempts - j.attempts_refunded >= j.max_attempts
+                                           THEN j.claim_expires_at END,
+                   last_error = CASE WHEN f.outcome = 'fail' THEN coalesce(f.err, 'failed')
+                                     WHEN j.attempts - j.attempts_refunded >= j.max_attempts
+                                     THEN coalesce(f.err, 'max attempts exceeded') END,
+                   died_at = CASE WHEN f.outcome = 'fail' OR j.attempts - j.attempts_refunded >= j.max_attempts
+                                  THEN clock END,
+                   purge_at = CASE WHEN f.outcome = 'fail' OR j.attempts - j.attempts_refunded >= j.max_attempts
+                                   THEN alk._purge_at(clock, j.dead_letter_retention_s) END
+              FROM first f
+             WHERE f.outcome <> 'ack' AND j.id = ANY (_settle.job_ids) AND j.id = f.id AND (_settle.queue IS NULL OR j.queue = _settle.queue)
+               AND alk._holds(j, wid, f.attempt, clock)
+            RETURNING j.id, j.queue, j.state
+        ), done AS (
+            SELECT a.id, a.queue, a.state FROM acked a UNION ALL SELECT m.id, m.queue, m.state FROM moved m
+        ), counted AS (
+            -- retried: pending again; dead: failed, or retried with attempts spent.
+            INSERT INTO alk.queue_counts AS c (queue, minute, backend, acked, retried, dead)
+            SELECT d.queue, this_minute, me, count(*) FILTER (WHERE d.state = 'acked'),
+                   count(*) FILTER (WHERE d.state = 'pending'), count(*) FILTER (WHERE d.state = 'dead')
+              FROM done d GROUP BY d.queue
+            ON CONFLICT ON CONSTRAINT queue_counts_pkey DO UPDATE
+               SET acked = c.acked + excluded.acked, retried = c.retried + excluded.retried, dead = c.dead + excluded.dead
+            RETURNING c.queue
+        )
+        SELECT i.id, i.attempt, coalesce(d.state, CASE WHEN f.id = ANY (completed) THEN 'acked' END)
+          FROM input i
+          LEFT JOIN first f ON f.ord = i.ord
+          LEFT JOIN done d ON d.id = f.id
+         ORDER BY i.ord;
     END IF;
-    RETURN QUERY
-    WITH input AS (
-        SELECT i.id, i.attempt, coalesce(i.outcome, 'ack') AS outcome, i.err, i.delay, i.ord
-          FROM unnest(_settle.job_ids, _settle.attempts, _settle.outcomes, _settle.errs, _settle.delays)
-               WITH ORDINALITY AS i(id, attempt, outcome, err, delay, ord)
-    ), first AS (
-        SELECT DISTINCT ON (i.id) i.* FROM input i ORDER BY i.id, i.ord
-    ), acked AS (
-        DELETE FROM alk.jobs j USING first f
-         WHERE f.outcome = 'ack' AND j.id = ANY (_settle.job_ids) AND j.id = f.id AND (_settle.queue IS NULL OR j.queue = _settle.queue)
-           AND alk._holds(j, wid, f.attempt, clock)
-        RETURNING j.id, j.queue, 'acked'::text AS state
-    ), moved AS (
-        -- retry: pending again, no worker, ready at now + delay (NULL: the
-        -- row's curve, base * 2^(spent - 1)), unless its attempts are spent:
-        -- then, like fail, dead with the error.
-        UPDATE alk.jobs j
-           SET state = CASE WHEN f.outcome = 'fail' OR j.attempts - j.attempts_refunded >= j.max_attempts
-                            THEN 'dead' ELSE 'pending' END,
-               run_at = CASE WHEN f.outcome = 'fail' OR j.attempts - j.attempts_refunded >= j.max_attempts
-                             THEN j.run_at
-                             ELSE alk._sat_add(clock, coalesce(f.delay, alk._sat_mul_pow2(j.backoff_base_s,
-                                  j.attempts - j.attempts_refunded - 1))) END,
-               worker_id = CASE WHEN f.outcome = 'fail' OR j.attempts - j.attempts_refunded >= j.max_attempts
-                                THEN j.worker_id END,
-               claimed_at = CASE WHEN f.outcome = 'fail' OR j.attempts - j.attempts_refunded >= j.max_attempts
-                                 THEN j.claimed_at END,
-               claim_expires_at = CASE WHEN f.outcome = 'fail' OR j.attempts - j.attempts_refunded >= j.max_attempts
-                                       THEN j.claim_expires_at END,
-               last_error = CASE WHEN f.outcome = 'fail' THEN coalesce(f.err, 'failed')
-                                 WHEN j.attempts - j.attempts_refunded >= j.max_attempts
-                                 THEN coalesce(f.err, 'max attempts exceeded') END,
-               died_at = CASE WHEN f.outcome = 'fail' OR j.attempts - j.attempts_refunded >= j.max_attempts
-                              THEN clock END,
-               purge_at = CASE WHEN f.outcome = 'fail' OR j.attempts - j.attempts_refunded >= j.max_attempts
-                               THEN alk._purge_at(clock, j.dead_letter_retention_s) END
-          FROM first f
-         WHERE f.outcome <> 'ack' AND j.id = ANY (_settle.job_ids) AND j.id = f.id AND (_settle.queue IS NULL OR j.queue = _settle.queue)
-           AND alk._holds(j, wid, f.attempt, clock)
-        RETURNING j.id, j.queue, j.state
-    ), done AS (
-        SELECT a.id, a.queue, a.state FROM acked a UNION ALL SELECT m.id, m.queue, m.state FROM moved m
-    ), counted AS (
-        -- retried: pending again; dead: failed, or retried with attempts spent.
-        INSERT INTO alk.queue_counts AS c (queue, minute, backend, acked, retried, dead)
-        SELECT d.queue, this_minute, me, count(*) FILTER (WHERE d.state = 'acked'),
-               count(*) FILTER (WHERE d.state = 'pending'), count(*) FILTER (WHERE d.state = 'dead')
-          FROM done d GROUP BY d.queue
-        ON CONFLICT ON CONSTRAINT queue_counts_pkey DO UPDATE
-           SET acked = c.acked + excluded.acked, retried = c.retried + excluded.retried, dead = c.dead + excluded.dead
-        RETURNING c.queue
-    )
-    SELECT i.id, i.attempt, coalesce(d.state, CASE WHEN f.id = ANY (completed) THEN 'acked' END)
-      FROM input i
-      LEFT JOIN first f ON f.ord = i.ord
-      LEFT JOIN done d ON d.id = f.id
-     ORDER BY i.ord;
-    -- Acked or dead: the jobs enqueued after them are released or buried.
-    IF EXISTS (SELECT FROM alk.job_after e WHERE e.after_id = ANY (_settle.job_ids)) THEN
+    -- In a later statement than the settlement (RETURN QUERY keeps no
+    -- awaited flag or queue), one statement probes two tables, empty unless
+    -- their feature is used: alk.job_after (acked or dead: the jobs enqueued
+    -- after them are released or buried, 35_after.sql) and
+    -- alk.limited_queues (a freed max_running slot wakes idle workers,
+    -- alk._wake_freed; not when settle_and_claim claims next: it asks after
+    -- its claim).
+    SELECT EXISTS (SELECT FROM alk.job_after e WHERE e.after_id = ANY (_settle.job_ids)),
+           _settle.wake AND EXISTS (SELECT FROM alk.limited_queues l
+                                     WHERE l.max_running IS NOT NULL
+                                       AND (_settle.queue IS NULL OR l.queue = _settle.queue))
+      INTO waited_on, limited;
+    IF waited_on THEN
         PERFORM alk._after_sync(_settle.job_ids);
     END IF;
     IF group_queues IS NOT NULL THEN
         PERFORM alk._group_turns(group_queues, group_keys);
     END IF;
+    IF limited THEN
+        PERFORM alk._wake_freed(CASE WHEN _settle.queue IS NOT NULL THEN ARRAY[_settle.queue] END);
+    END IF;
 END
 $$;
-COMMENT ON FUNCTION alk._settle(text, text, bigint[], bigint[], text[], text[], bigint[], jsonb[]) IS
+COMMENT ON FUNCTION alk._settle(text, text, bigint[], bigint[], text[], text[], bigint[], jsonb[], boolean) IS
 'internal: the settlement rule (ack, retry, fail) for a batch, counted per queue for alk.queue_throughput; '
-'queue NULL: any queue; results: the acks'' results, kept on queues that keep completed jobs';
+'queue NULL: any queue; results: the acks'' results, kept on queues that keep completed jobs; wake: whether a freed '
+'max_running slot wakes idle workers now (false: the caller claims first and asks after)';
 
 -- alk.ack and alk.ack_batch apply _settle's all-ack rule in one statement of
 -- their own: the rule (delete under alk._holds; a repeated id's first entry
@@ -291,10 +301,21 @@ DECLARE
     awaited boolean;
     acked_queue text;
     acked_group text;
+    limited text[];
+    any_limited boolean;
 BEGIN
     IF EXISTS (SELECT FROM alk.queue_settings s WHERE ack.queue IS NULL OR s.queue = ack.queue) THEN
-        IF alk._complete(ack.queue, wid, clock, ARRAY[ack.job_id], ARRAY[ack.attempt], NULL, ARRAY[ack.result])
-           IS NOT NULL THEN
+        -- Kept as completed, its slot is free too: the limits probe rides
+        -- in the same statement (ack.queue NULL: any queue with max_running).
+        SELECT alk._complete(ack.queue, wid, clock, ARRAY[ack.job_id], ARRAY[ack.attempt], NULL, ARRAY[ack.result])
+               IS NOT NULL,
+               EXISTS (SELECT FROM alk.limited_queues l
+                        WHERE l.max_running IS NOT NULL AND (ack.queue IS NULL OR l.queue = ack.queue))
+          INTO done, any_limited;
+        IF done THEN
+            IF any_limited THEN
+                PERFORM alk._wake_freed(CASE WHEN ack.queue IS NOT NULL THEN ARRAY[ack.queue] END);
+            END IF;
             RETURN true;
         END IF;
     END IF;
@@ -302,15 +323,17 @@ BEGIN
         DELETE FROM alk.jobs j
          WHERE j.id = ack.job_id AND (ack.queue IS NULL OR j.queue = ack.queue)
            AND alk._holds(j, wid, ack.attempt, clock)
-        RETURNING j.queue, j.awaited, j.group_key
+        RETURNING j.queue, j.awaited, j.group_key, j.under_max_running
     ), counted AS (
         INSERT INTO alk.queue_counts AS c (queue, minute, backend, acked)
         SELECT a.queue, this_minute, pg_catalog.pg_backend_pid(), 1 FROM acked a
         ON CONFLICT ON CONSTRAINT queue_counts_pkey DO UPDATE SET acked = c.acked + excluded.acked
         RETURNING c.queue
     )
-    SELECT true, a.awaited, a.queue, a.group_key INTO done, awaited, acked_queue, acked_group
-      FROM counted, acked a;
+    -- The job's queue when it was claimed under max_running (its row says
+    -- so: no probe of alk.limited_queues for the others).
+    SELECT true, a.awaited, a.queue, a.group_key, CASE WHEN a.under_max_running THEN ARRAY[a.queue] END
+      INTO done, awaited, acked_queue, acked_group, limited FROM counted, acked a;
     -- Jobs enqueued after this one may run now (35_after.sql).
     IF awaited THEN
         PERFORM alk._after_sync(ARRAY[ack.job_id]);
@@ -318,6 +341,10 @@ BEGIN
     -- Its serial group's next turn (38_group_turns.sql).
     IF acked_group IS NOT NULL THEN
         PERFORM alk._group_turns(ARRAY[acked_queue], ARRAY[acked_group]);
+    END IF;
+    -- Its max_running slot is free: idle workers of the queue may claim.
+    IF limited IS NOT NULL THEN
+        PERFORM alk._wake_freed(limited);
     END IF;
     RETURN done IS NOT NULL;
 END
@@ -347,6 +374,7 @@ DECLARE
     awaited bigint[];
     group_queues text[];
     group_keys text[];
+    limited text[];
 BEGIN
     IF ack_batch.attempts IS NOT NULL AND cardinality(ack_batch.attempts) <> coalesce(cardinality(ack_batch.job_ids), 0) THEN
         -- _settle raises the LK002 that names the arrays.
@@ -366,17 +394,26 @@ BEGIN
          WHERE j.id = ANY (ack_batch.job_ids) AND j.id = f.id
            AND (ack_batch.queue IS NULL OR j.queue = ack_batch.queue)
            AND alk._holds(j, wid, f.attempt, clock)
-        RETURNING j.id, j.queue, j.awaited, j.group_key
+        RETURNING j.id, j.queue, j.awaited, j.group_key, j.under_max_running
     ), counted AS (
         INSERT INTO alk.queue_counts AS c (queue, minute, backend, acked)
         SELECT a.queue, this_minute, pg_catalog.pg_backend_pid(), count(*) FROM acked a GROUP BY a.queue
         ON CONFLICT ON CONSTRAINT queue_counts_pkey DO UPDATE SET acked = c.acked + excluded.acked
         RETURNING c.queue
     )
+    -- The queues whose max_running slots these acks freed: the deleted
+    -- jobs' rows say so; for jobs kept as completed (gone from acked), a
+    -- probe of alk.limited_queues (ack_batch.queue's, or any when NULL).
     SELECT count(*), array_agg(a.id) FILTER (WHERE a.awaited),
            array_agg(a.queue) FILTER (WHERE a.group_key IS NOT NULL),
-           array_agg(a.group_key) FILTER (WHERE a.group_key IS NOT NULL)
-      INTO n_acked, awaited, group_queues, group_keys FROM acked a;
+           array_agg(a.group_key) FILTER (WHERE a.group_key IS NOT NULL),
+           array_agg(DISTINCT a.queue) FILTER (WHERE a.under_max_running)
+      INTO n_acked, awaited, group_queues, group_keys, limited FROM acked a;
+    IF n_kept > 0 THEN
+        limited := limited || ARRAY(SELECT l.queue FROM alk.limited_queues l
+                                     WHERE l.max_running IS NOT NULL
+                                       AND (ack_batch.queue IS NULL OR l.queue = ack_batch.queue));
+    END IF;
     -- Jobs enqueued after these may run now (35_after.sql).
     IF awaited IS NOT NULL THEN
         PERFORM alk._after_sync(awaited);
@@ -384,6 +421,9 @@ BEGIN
     -- Their serial groups' next turns (38_group_turns.sql).
     IF group_queues IS NOT NULL THEN
         PERFORM alk._group_turns(group_queues, group_keys);
+    END IF;
+    IF cardinality(limited) > 0 THEN
+        PERFORM alk._wake_freed(limited);
     END IF;
     RETURN n_acked + n_kept;
 END
@@ -464,82 +504,6 @@ COMMENT ON FUNCTION alk.heartbeat(bigint, text, bigint, bigint, text) IS
 'claim was valid at call time; a negative extend leaves a lapsed lease that voids the claim on the next op. '
 'Example: SELECT alk.heartbeat(42, ''worker-1'', 1, 600);';
 
-CREATE FUNCTION alk.release_jobs(job_ids bigint[], worker_id text, attempts bigint[], queue text DEFAULT NULL)
-RETURNS bigint
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-    clock bigint := alk.now();
-    wid text := alk._name_ok('worker_id', release_jobs.worker_id, true);
-    released bigint;
-    queues text[];
-BEGIN
-    IF attempts IS NOT NULL AND cardinality(attempts) <> cardinality(job_ids) THEN
-        PERFORM alk._raise('LK002', 'attempts must have one entry per job id: got ' || cardinality(job_ids)
-            || ' job_ids and ' || cardinality(attempts) || ' attempts');
-    END IF;
-    -- Pending again at its place in claim order (run_at kept), with the
-    -- claim's attempt refunded; attempts itself stays, so the token the
-    -- claim issued is dead for good.
-    WITH r AS (
-        UPDATE alk.jobs j
-           SET state = 'pending', worker_id = NULL, claimed_at = NULL, claim_expires_at = NULL,
-               attempts_refunded = j.attempts_refunded + 1
-          FROM unnest(release_jobs.job_ids, release_jobs.attempts) AS w(id, attempt)
-         WHERE j.id = w.id AND (release_jobs.queue IS NULL OR j.queue = release_jobs.queue)
-           AND alk._holds(j, wid, w.attempt, clock)
-        RETURNING j.queue
-    )
-    SELECT count(*), array_agg(DISTINCT r.queue) INTO released, queues FROM r;
-    PERFORM alk._wake(q.name) FROM unnest(queues) AS q(name);
-    RETURN released;
-END
-$$;
-COMMENT ON FUNCTION alk.release_jobs(bigint[], text, bigint[], text) IS
-'Give claimed jobs that never started back at once: pending, due at their old place in claim order, without spending '
-'an attempt (attempts_refunded + 1). attempts holds each job''s fencing token (NULL: skip that check); the validity '
-'predicate of alk.ack applies and the token stays invalid for good (the next claim issues attempts + 1). Returns how '
-'many were released. Example: SELECT alk.release_jobs(ARRAY[41, 42], ''worker-1'', ARRAY[1, 1]);';
-
--- A handler that cannot run yet gives its job back for later without it
--- counting as a failure: release_jobs' refund, at a ready time of its own.
--- Pending at now + delay (saturating; NULL: 0, due at once, as an unset
--- enqueue delay), attempt refunded, attempts itself kept so the token is dead
--- for good. Idle workers are woken as for a release: the job may be due now,
--- and a worker asleep until a later next_claim_at should look again.
-CREATE FUNCTION alk.snooze(job_id bigint, worker_id text, attempt bigint, delay bigint, queue text DEFAULT NULL)
-RETURNS boolean
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $$
-#variable_conflict use_column
-DECLARE
-    clock bigint := alk.now();
-    wid text := alk._name_ok('worker_id', snooze.worker_id, true);
-    snoozed text;
-BEGIN
-    UPDATE alk.jobs j
-       SET state = 'pending', worker_id = NULL, claimed_at = NULL, claim_expires_at = NULL,
-           run_at = alk._sat_add(clock, coalesce(snooze.delay, 0)),
-           attempts_refunded = j.attempts_refunded + 1
-     WHERE j.id = snooze.job_id AND (snooze.queue IS NULL OR j.queue = snooze.queue)
-       AND alk._holds(j, wid, snooze.attempt, clock)
-    RETURNING j.queue INTO snoozed;
-    IF snoozed IS NULL THEN
-        RETURN false;
-    END IF;
-    PERFORM alk._wake(snoozed);
-    RETURN true;
-END
-$$;
-COMMENT ON FUNCTION alk.snooze(bigint, text, bigint, bigint, text) IS
-'Give a claimed job back for later without spending its attempt: pending, no worker, ready at now + delay seconds '
-'(saturating; any bigint, a negative one is due at once; NULL is 0), attempts_refunded + 1. The validity predicate of '
-'alk.ack applies (attempt NULL skips the token check); the token stays invalid for good (the next claim issues '
-'attempts + 1). False, and nothing changes, when the claim is no longer valid. '
-'Example: SELECT alk.snooze(job_id => 42, worker_id => ''worker-1'', attempt => 1, delay => 60);';
-
 CREATE TYPE alk.settle_claim_row AS (
     kind text,
     id bigint,
@@ -585,14 +549,23 @@ AS $$
            NULL::bigint, NULL::text, NULL::bigint, NULL::bigint, NULL::bigint, NULL::bigint, NULL::bigint,
            NULL::bigint, NULL::bigint, NULL::text, NULL::bigint, NULL::text, NULL::bigint,
            NULL::jsonb, NULL::jsonb, NULL::bigint, NULL::text
-      FROM alk._settle(alk._name_ok('queue', $1, false), $2, $4, $5, $6, $7, $8, $9) s
+      FROM alk._settle(alk._name_ok('queue', $1, false), $2, $4, $5, $6, $7, $8, $9, false) s
     UNION ALL
     SELECT 'claimed'::text, c.* FROM alk._claim(alk._name_ok('queue', $1, false), $2, $3) c
+    UNION ALL
+    -- Then, the claim done: a max_running slot the settlement freed and the
+    -- claim left free wakes idle workers (alk._wake_freed, which never
+    -- returns NULL: no row). Only a queue with max_running calls it; the
+    -- others pay this branch's probe of alk.limited_queues.
+    SELECT (NULL::alk.settle_claim_row).*
+      FROM alk.limited_queues l
+     WHERE l.queue = $1 AND l.max_running IS NOT NULL AND cardinality($4) > 0
+       AND alk._wake_freed(ARRAY[l.queue]) IS NULL
 $$;
 COMMENT ON FUNCTION alk.settle_and_claim(text, text, bigint, bigint[], bigint[], text[], text[], bigint[], jsonb[]) IS
 'One call, one transaction: settle a batch of this queue''s claimed jobs exactly as alk.settle does (results '
 'included), then claim up to '
-'n as alk.claim does. Returns flat rows: first one kind = ''settled'' row per settlement in input order (id, queue, '
+'n as alk.claim does (max_running slots the settlement freed and the claim left free wake idle workers). Returns flat rows: first one kind = ''settled'' row per settlement in input order (id, queue, '
 'attempts = the token given, state = ''acked'', ''pending'', ''dead'' or NULL when refused; other columns NULL), then '
 'kind = ''claimed'' rows, whole jobs in claim order. '
 'Example: SELECT kind, id, state, attempts, payload FROM alk.settle_and_claim(''emails'', ''worker-1'', 10, '

@@ -9,7 +9,8 @@
 -- notice to a processing job's holder, 0028 dependencies (35_after.sql): a
 -- cancelled or purged job releases, an expired one buries, a requeued one
 -- revives the jobs enqueued after it; 0029 queue limits; 0030 the cancel
--- notice to a waiting producer.
+-- notice to a waiting producer; 0032 a cancelled processing job's freed
+-- max_running slot wakes idle workers.
 
 -- operations by id --------------------------------------------------------
 
@@ -23,10 +24,12 @@ DECLARE
     holder text;
     awaited boolean;
     cancelled_group text;
+    limited boolean;
 BEGIN
     PERFORM alk._check_name('queue', cancel.queue);
     DELETE FROM alk.jobs j WHERE j.queue = cancel.queue AND j.id = job_id AND j.state IN ('pending', 'processing')
-    RETURNING j.state, j.worker_id, j.awaited, j.group_key INTO was, holder, awaited, cancelled_group;
+    RETURNING j.state, j.worker_id, j.awaited, j.group_key, j.under_max_running
+         INTO was, holder, awaited, cancelled_group, limited;
     IF was IS NULL THEN
         RETURN false;
     END IF;
@@ -44,6 +47,10 @@ BEGIN
     -- outcome. Sent whatever the lease: a lapsed holder may still be running it.
     IF was = 'processing' AND holder IS NOT NULL THEN
         PERFORM pg_catalog.pg_notify(alk._worker_channel(holder), 'cancel ' || job_id);
+    END IF;
+    -- A processing job held a max_running slot: idle workers may claim now.
+    IF was = 'processing' AND limited THEN
+        PERFORM alk._wake_freed(ARRAY[cancel.queue]);
     END IF;
     -- A producer waiting for the job's outcome (65_outcome.sql) learns too.
     IF EXISTS (SELECT FROM alk.queue_settings s WHERE s.queue = cancel.queue) THEN
@@ -334,6 +341,12 @@ BEGIN
                max_running_per_group = excluded.max_running_per_group;
         IF rate IS NULL THEN
             DELETE FROM alk.queue_rate_windows w WHERE w.queue = q;
+        END IF;
+        -- Jobs claimed before max_running was set hold slots now: their
+        -- settles wake idle workers too (alk.jobs.under_max_running).
+        IF max_running IS NOT NULL AND previous.max_running IS NULL THEN
+            UPDATE alk.jobs j SET under_max_running = true
+             WHERE j.queue = q AND j.state = 'processing' AND NOT j.under_max_running;
         END IF;
     END IF;
     IF previous IS NOT DISTINCT FROM wanted OR (previous.queue IS NULL AND wanted.max_running IS NULL

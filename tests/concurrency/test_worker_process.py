@@ -1,7 +1,8 @@
 """Worker processes (``python -m pyalk worker``) killed and stopped from
 outside: SIGKILL mid-job (the jobs come back after their lease and run once
 more, at attempt 2), SIGTERM (stop claiming, finish what runs, exit 0), a
-grace period that runs out, and a second signal.
+grace period that runs out, and a second signal; and an idle worker of a
+queue at max_running woken by the ack that frees a slot.
 
 The handlers below run in the worker process. Each records that it started
 (a row in public.started) and then waits on a gate: a shared advisory lock
@@ -222,3 +223,27 @@ def test_a_second_signal_stops_at_once(dsn, db, gate, spawn):
     assert code == 0
     assert "2 left to lease expiry" in out
     assert {state for state in job_states(db).values()} == {("processing", 1)}
+
+
+def asleep(db: psycopg.Connection) -> bool:
+    """The worker advertised itself idle and its last statement was next_claim_at: it waits."""
+    return bool(db.execute(
+        "SELECT EXISTS (SELECT FROM alk.idle_workers WHERE queue = 'q')"
+        " AND EXISTS (SELECT FROM pg_stat_activity WHERE datname = current_database() AND state = 'idle'"
+        " AND query LIKE '%alk.next_claim_at(%')").fetchone()[0])  # type: ignore[index]
+
+
+def test_an_ack_that_frees_a_max_running_slot_wakes_the_idle_worker(dsn, db, gate, spawn):
+    """max_running 1, its slot held by this test: the worker claims nothing
+    and sleeps until next_claim_at, an hour away (the lease, and a fallback
+    poll as long). The test's ack frees the slot and wakes it (0032): it
+    claims the job that waited, long before that hour."""
+    db.execute("SELECT alk.set_queue_limits('q', max_running => 1)")
+    first, second = enqueue(dsn, 2, visibility_timeout_s=3600)
+    [(held, attempt)] = db.execute("SELECT id, attempts FROM alk.claim('q', 'test', 1)").fetchall()
+    assert held == first
+    spawn("--concurrency", "1", "--poll-interval", "3600")
+    until(lambda: asleep(db), "the worker to wait idle until next_claim_at")
+    assert started(db) == []
+    assert db.execute("SELECT alk.ack(%s, 'test', %s)", [held, attempt]).fetchone() == (True,)
+    until(lambda: started(db) == [(second, 1)], "the woken worker to claim the job behind the freed slot")
