@@ -158,6 +158,12 @@ COMMENT ON TABLE alk.jobs_0 IS 'Rotating slot 0 of alk.jobs (alk.rotate_jobs). P
 CREATE TABLE alk.jobs_1 PARTITION OF alk.jobs FOR VALUES IN (1);
 COMMENT ON TABLE alk.jobs_1 IS 'Rotating slot 1 of alk.jobs (alk.rotate_jobs). Private: use the alk.* functions.';
 CREATE TABLE alk.jobs_kept PARTITION OF alk.jobs FOR VALUES IN (2);
+-- Live (pending, processing) jobs are never kept: every lookup of live jobs
+-- says slot <> 2, and the planner leaves this partition out of its
+-- plan, with no lock, probe or executor setup for it (0035). A revived job
+-- goes back to the current slot in the same statement (requeue_dead,
+-- alk._after_sync), so the check only ever sees a rotation's moves.
+ALTER TABLE alk.jobs_kept ADD CONSTRAINT jobs_kept_settled CHECK (state IN ('dead', 'completed'));
 COMMENT ON TABLE alk.jobs_kept IS
 'Dead and completed jobs a rotation moved out of the rotating slots. Private: use the alk.* functions.';
 
