@@ -65,8 +65,6 @@ CREATE FUNCTION alk._group_turn_ids(queue text, group_key text, room bigint)
 RETURNS bigint[]
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
--- No sort where an index gives the order: see alk._claim (0035).
-SET enable_sort = off
 AS $$
     WITH RECURSIVE unparked(priority) AS (
         (SELECT j.priority FROM alk.jobs j

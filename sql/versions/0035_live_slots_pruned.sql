@@ -14,12 +14,6 @@ SET search_path = pg_catalog, pg_temp
 -- custom plan per call bought nothing but planning time (0.55 ms against
 -- 0.25 ms per claim at 10^4+ pending, measured), whatever the statistics say.
 SET plan_cache_mode = force_generic_plan
--- Ordered scans of the partitioned table come from a Merge Append of each
--- slot's index; statistics that undercount the rows (a slot filled since
--- its last ANALYZE) made the planner sort the whole Append instead: 78 ms
--- against 0.3 ms a claim at 10^5 pending (latency.stale_stats). No sort
--- where an index gives the order (0035).
-SET enable_sort = off
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -256,8 +250,6 @@ CREATE OR REPLACE FUNCTION alk._due_pending(queue text, clock bigint)
 RETURNS boolean
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
--- No sort where an index gives the order: see alk._claim (0035).
-SET enable_sort = off
 AS $$
     -- One probe per distinct pending priority (jobs_claim_pending), as
     -- alk.next_claim_at walks them, stopping at the first with a due job.
@@ -514,8 +506,6 @@ CREATE OR REPLACE FUNCTION alk._group_turn_ids(queue text, group_key text, room 
 RETURNS bigint[]
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
--- No sort where an index gives the order: see alk._claim (0035).
-SET enable_sort = off
 AS $$
     WITH RECURSIVE unparked(priority) AS (
         (SELECT j.priority FROM alk.jobs j
@@ -1061,8 +1051,6 @@ CREATE OR REPLACE FUNCTION alk.next_claim_at(queue text)
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
--- No sort where an index gives the order: see alk._claim (0035).
-SET enable_sort = off
 AS $$
 #variable_conflict use_column
 DECLARE
