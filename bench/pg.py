@@ -121,9 +121,10 @@ def fill_ours(conn: psycopg.Connection[Any], n: int, queue: str = QUEUE, progres
             progress.advance(k)
 
 
-def fill_floor(conn: psycopg.Connection[Any], n: int, queue: str = QUEUE) -> None:
+def fill_floor(conn: psycopg.Connection[Any], n: int, queue: str = QUEUE, table: str = "alk_floor.jobs") -> None:
+    """n pending jobs in a floor table (alk_floor.jobs or alk_floor.rotating_jobs)."""
     conn.execute(
-        "INSERT INTO alk_floor.jobs (queue, payload, run_at)"
+        f"INSERT INTO {table} (queue, payload, run_at)"  # type: ignore[arg-type]  # one of bench/floor.sql's
         " SELECT %s, %s::jsonb, extract(epoch FROM clock_timestamp())::bigint FROM generate_series(1, %s)",
         [queue, PAYLOAD, n],
     )
@@ -131,7 +132,7 @@ def fill_floor(conn: psycopg.Connection[Any], n: int, queue: str = QUEUE) -> Non
 
 def reset_tables(conn: psycopg.Connection[Any]) -> None:
     """Empty both job tables (a benchmark-only shortcut; users call alk.*)."""
-    conn.execute("TRUNCATE alk.jobs, alk_floor.jobs")
+    conn.execute("TRUNCATE alk.jobs, alk_floor.jobs, alk_floor.rotating_jobs")
 
 
 def settle(conn: psycopg.Connection[Any], *tables: str) -> None:

@@ -318,8 +318,9 @@ def _uncounted_settle(conn: psycopg.Connection) -> None:
     """alk_bench._settle: alk._settle as installed, its counting CTEs cut
     out; everything else (plans, the fast path) is the real one. Same name,
     another schema: the body qualifies its arguments by the function's name."""
-    source = str(conn.execute("SELECT pg_get_functiondef('alk._settle(text, text, bigint[], bigint[], text[], "
-                              "text[], bigint[])'::regprocedure)").fetchone()[0])  # type: ignore[index]
+    # By name, whatever its signature grew since (results in 0026, wake in 0033).
+    source = str(conn.execute("SELECT pg_get_functiondef(p.oid) FROM pg_proc p WHERE p.proname = '_settle'"
+                              " AND p.pronamespace = 'alk'::regnamespace").fetchone()[0])  # type: ignore[index]
     cut, n = _COUNTING.subn(")", source)
     assert n == 2 and "queue_counts" not in cut, "alk._settle no longer has the two counting CTEs this row cuts"
     conn.execute("CREATE SCHEMA alk_bench")

@@ -276,7 +276,7 @@ def stale_stats(ctx: Context) -> RowResult:
         f"stale reltuples={stale['reltuples']} (relpages {fresh['relpages']} / {stale['relpages']}).",
     ]
     if degraded:
-        notes.append("Stale statistics made something slower: the nested plans are in the JSON (and below).")
+        notes.append("Stale statistics made something slower: the nested plans are in the JSON.")
     return RowResult(
         key="latency.stale_stats",
         title="stale statistics",

@@ -98,6 +98,10 @@ class Summary:
         return max(self.rates[:EARLY_RUNS])
 
     @property
+    def best_early_run(self) -> int:  # 1-based
+        return self.rates.index(self.best_early) + 1
+
+    @property
     def worst(self) -> float:
         return min(self.rates)
 
@@ -161,6 +165,34 @@ def table_state(conn: psycopg.Connection[Any], system: str) -> dict[str, int]:
         "dead_tuples": sum(dead for _name, dead, _vacuums in leaves),
         "autovacuums": sum(vacuums for _name, _dead, vacuums in leaves),
     }
+
+
+def server_activity(conns: dict[str, psycopg.Connection[Any]]) -> dict[str, int]:
+    """Counters of what the whole server does beside the runs: checkpoints
+    done, autovacuums of any table of the soak's databases, WAL written. The
+    difference across a run is what ran beside it: on 2 shared cores a
+    checkpoint's writes or a vacuum of the other system's tables slow a run
+    as much as anything in the run itself."""
+    conn = next(iter(conns.values()))
+    version = conn.info.server_version
+    checkpoints_sql = ("SELECT num_done FROM pg_stat_checkpointer" if version >= 170000
+                       else "SELECT checkpoints_timed + checkpoints_req FROM pg_stat_bgwriter")
+    checkpoints = conn.execute(checkpoints_sql).fetchone()
+    wal = conn.execute("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn").fetchone()
+    vacuums = 0
+    for c in conns.values():
+        c.execute("SELECT pg_stat_clear_snapshot()")
+        found = c.execute("SELECT coalesce(sum(autovacuum_count), 0)::bigint FROM pg_stat_user_tables").fetchone()
+        vacuums += int(found[0]) if found else 0
+    return {
+        "checkpoints": int(checkpoints[0]) if checkpoints else 0,
+        "autovacuums": vacuums,
+        "wal_bytes": int(wal[0]) if wal else 0,
+    }
+
+
+def _beside(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
+    return {name: after[name] - before[name] for name in before}
 
 
 def wait_for_autovacuum(
@@ -317,12 +349,14 @@ def soak(ctx: Context, key: str, title: str, held: bool) -> RowResult:
             for label in list(systems):
                 ctx.progress.note(f"{label}: run {run_no} of {runs} ({jobs:,} jobs)")
                 env = {"ALK_BENCH_PYALK_VARIANT": "async"} if label == PYALK else None
+                activity = server_activity(conns)
                 result = run_on(ctx, SYSTEMS[label], dbs[label], jobs, env=env)
                 if "unavailable" in result:
                     unavailable[label] = result["unavailable"]
                     systems.remove(label)
                     continue
-                result.update(table_state(conns[label], label), run=run_no)
+                result.update(table_state(conns[label], label), run=run_no,
+                              beside=_beside(activity, server_activity(conns)))
                 per_run[label].append(result)
                 ctx.progress.advance()
         if held:
@@ -433,6 +467,9 @@ def _records(
             "autovacuums": runs[-1]["autovacuums"],
             # what the worst run started from: the table as the run before it left it
             "dead tuples before worst": runs[s.worst_run - 2]["dead_tuples"] if s.worst_run > 1 else 0,
+            # what ran on the server beside the worst run and beside the best early one
+            "beside worst": runs[s.worst_run - 1].get("beside"),
+            "beside best early": runs[s.best_early_run - 1].get("beside"),
             "status": "ok",
         }
         if held:

@@ -33,6 +33,10 @@ class Pair:
     #: pgbench -D variables every client starts with (a loop that carries
     #: the previous transaction's result starts from these).
     defines: tuple[tuple[str, str], ...] = ()
+    #: The same bare SQL on alk_floor.rotating_jobs, partitioned as alk.jobs
+    #: is (issue 25): the floor of the storage pyalk has since 0031. The
+    #: plain floor stays beside it.
+    rotating: str | None = None
 
 
 PAIRS: list[Pair] = [
@@ -44,6 +48,7 @@ PAIRS: list[Pair] = [
         1,
         "enqueue",
         "One alk.enqueue per transaction vs one bare INSERT.",
+        rotating="floor_rotating_enqueue_1.sql",
     ),
     Pair(
         "sql.enqueue_batch_100",
@@ -53,6 +58,7 @@ PAIRS: list[Pair] = [
         100,
         "enqueue",
         "One alk.enqueue_batch of 100 payloads per transaction vs one INSERT ... SELECT of 100 rows.",
+        rotating="floor_rotating_enqueue_batch_100.sql",
     ),
     Pair(
         "sql.claim_1_ack",
@@ -64,6 +70,7 @@ PAIRS: list[Pair] = [
         "alk.claim(n => 1) then alk.ack (two transactions, as a worker does) vs "
         "UPDATE ... WHERE id = (SELECT ... FOR UPDATE SKIP LOCKED LIMIT 1) then DELETE; "
         "both drain the same pre-filled backlog.",
+        rotating="floor_rotating_claim_1_delete.sql",
     ),
     Pair(
         "sql.claim_100_ack_batch",
@@ -74,6 +81,7 @@ PAIRS: list[Pair] = [
         "claim",
         "alk.claim(n => 100) then alk.ack_batch with the fencing tokens vs "
         "UPDATE ... WHERE id IN (SELECT ... FOR UPDATE SKIP LOCKED LIMIT 100) then one DELETE.",
+        rotating="floor_rotating_claim_100_delete.sql",
     ),
     Pair(
         "sql.settle_and_claim",
@@ -86,6 +94,7 @@ PAIRS: list[Pair] = [
         "claimed and claims the next 10 vs one statement that DELETEs the previous 10 and claims 10 with "
         "UPDATE ... WHERE id IN (SELECT ... FOR UPDATE SKIP LOCKED LIMIT 10).",
         defines=(("job_ids", "{}"), ("attempts", "{}")),
+        rotating="floor_rotating_settle_and_claim_10.sql",
     ),
     Pair(
         "sql.publish_1",
@@ -135,6 +144,10 @@ COLUMNS = [
     "ours WAL B/job",
     "floor WAL B/job",
 ]
+#: The rotating floor's columns, for the rows that have one.
+ROTATING_COLUMNS = ["rotating floor jobs/s", "ours/rotating floor", "rotating floor WAL B/job"]
+#: Each side's table.
+TABLES = {"ours": "alk.jobs", "floor": "alk_floor.jobs", "rotating": "alk_floor.rotating_jobs"}
 
 
 def _prepare(
@@ -145,7 +158,7 @@ def _prepare(
     mode = ctx.mode
     if pair.kind == "enqueue":
         pg.reset_tables(conn)
-        pg.settle(conn, "alk.jobs" if side == "ours" else "alk_floor.jobs")
+        pg.settle(conn, TABLES[side])
         return {"seconds": mode.enqueue_seconds}
     if pair.kind == "claim":
         pg.reset_tables(conn)
@@ -155,8 +168,8 @@ def _prepare(
         if side == "ours":
             pg.fill_ours(conn, backlog)
         else:
-            pg.fill_floor(conn, backlog)
-        pg.settle(conn, "alk.jobs" if side == "ours" else "alk_floor.jobs")
+            pg.fill_floor(conn, backlog, table=TABLES[side])
+        pg.settle(conn, TABLES[side])
         return {"transactions": per_client, "defines": dict(pair.defines)}
     # Streams: publishing appends (both tables grow alike, no reset needed);
     # reading needs a stream filled once per side.
@@ -184,60 +197,68 @@ def run_pair(ctx: Context, pair: Pair) -> RowResult:
     records: list[dict[str, Any]] = []
     filled: set[str] = set()
     raw: list[dict[str, Any]] = []
-    ctx.progress.start(f"{pair.title}: ours vs floor", total=len(mode.clients) * 2 * mode.repeats)
+    sides = ("ours", "floor", "rotating") if pair.rotating else ("ours", "floor")
+    scripts = {"ours": pair.ours, "floor": pair.floor, "rotating": pair.rotating or ""}
+    ctx.progress.start(f"{pair.title}: ours vs floor", total=len(mode.clients) * len(sides) * mode.repeats)
     with ctx.server.fresh_db("alk_bench_sql") as db, pg.connect(ctx, db) as conn:
         for clients in mode.clients:
-            measured: dict[str, list[pg.PgbenchResult]] = {"ours": [], "floor": []}
-            wal_per_job: dict[str, list[float]] = {"ours": [], "floor": []}
+            measured: dict[str, list[pg.PgbenchResult]] = {side: [] for side in sides}
+            wal_per_job: dict[str, list[float]] = {side: [] for side in sides}
             for rep in range(mode.repeats):
-                # Alternate who goes first so neither always runs on a warmer cache.
-                order = ("ours", "floor") if rep % 2 == 0 else ("floor", "ours")
-                for side in order:
+                # Rotate who goes first so none always runs on a warmer cache.
+                for side in sides[rep % len(sides):] + sides[: rep % len(sides)]:
                     kwargs = _prepare(ctx, conn, pair, side, clients, filled)
-                    script = pair.ours if side == "ours" else pair.floor
                     lsn = pg.wal_lsn(conn)
-                    result = pg.pgbench(ctx, db, script, clients, **kwargs)
+                    result = pg.pgbench(ctx, db, scripts[side], clients, **kwargs)
                     wal = pg.wal_bytes(conn, lsn) / max(1, result.transactions * pair.per_tx)
                     measured[side].append(result)
                     wal_per_job[side].append(wal)
                     raw.append({"clients": clients, "side": side, "rep": rep, "wal_per_job": wal, **result.__dict__})
                     ctx.progress.advance()
-            ours = statistics.median(r.jobs_per_s(pair.per_tx) for r in measured["ours"])
-            floor = statistics.median(r.jobs_per_s(pair.per_tx) for r in measured["floor"])
-            records.append(
-                {
-                    "clients": clients,
-                    "ours jobs/s": round(ours, 1),
-                    "floor jobs/s": round(floor, 1),
-                    "ours/floor": round(ours / floor, 3) if floor else None,
-                    "ours latency ms": _median_latency(measured["ours"]),
-                    "floor latency ms": _median_latency(measured["floor"]),
-                    "ours WAL B/job": round(statistics.median(wal_per_job["ours"])),
-                    "floor WAL B/job": round(statistics.median(wal_per_job["floor"])),
-                }
-            )
+            rate = {side: statistics.median(r.jobs_per_s(pair.per_tx) for r in measured[side]) for side in sides}
+            ours, floor = rate["ours"], rate["floor"]
+            record: dict[str, Any] = {
+                "clients": clients,
+                "ours jobs/s": round(ours, 1),
+                "floor jobs/s": round(floor, 1),
+                "ours/floor": round(ours / floor, 3) if floor else None,
+                "ours latency ms": _median_latency(measured["ours"]),
+                "floor latency ms": _median_latency(measured["floor"]),
+                "ours WAL B/job": round(statistics.median(wal_per_job["ours"])),
+                "floor WAL B/job": round(statistics.median(wal_per_job["floor"])),
+            }
+            if pair.rotating:
+                rotating = rate["rotating"]
+                record.update({
+                    "rotating floor jobs/s": round(rotating, 1),
+                    "ours/rotating floor": round(ours / rotating, 3) if rotating else None,
+                    "rotating floor WAL B/job": round(statistics.median(wal_per_job["rotating"])),
+                })
+            records.append(record)
     notes = [
-        f"{pair.ours} vs {pair.floor}; jobs/s = pgbench tps x {pair.per_tx}; latency = pgbench's average per "
-        "script run; WAL B/job = pg_current_wal_lsn() difference / jobs (includes full-page images after "
-        "the CHECKPOINT that starts each run, alike for both)."
+        f"{pair.ours} vs {pair.floor}" + (f" and {pair.rotating}" if pair.rotating else "")
+        + f"; jobs/s = pgbench tps x {pair.per_tx}; latency = pgbench's average per script run; WAL B/job = "
+        "pg_current_wal_lsn() difference / jobs (includes full-page images after the CHECKPOINT that starts each "
+        "run, alike for all)."
     ]
     if pair.kind == "claim":
         notes.append(
             "Each side drains a backlog it was given just before (VACUUM ANALYZE, CHECKPOINT), "
             "of clients x transactions x batch jobs: the same work for both."
         )
-    retried = {side: sum(r["retried"] for r in raw if r["side"] == side) for side in ("ours", "floor")}
+    retried = {side: sum(r["retried"] for r in raw if r["side"] == side) for side in ("ours", "floor", "rotating")}
     if any(retried.values()):
         notes.append(
             f"Transactions pgbench ran again after a deadlock (--max-tries {pg.MAX_TRIES}): ours "
-            f"{retried['ours']}, floor {retried['floor']}; their time is in the side's jobs/s."
+            f"{retried['ours']}, floor {retried['floor']}, rotating floor {retried['rotating']}; their time is in "
+            "the side's jobs/s."
         )
     return RowResult(
         key=pair.key,
         title=pair.title,
         status="ok",
         about=pair.about,
-        columns=COLUMNS,
+        columns=COLUMNS + (ROTATING_COLUMNS if pair.rotating else []),
         records=records,
         notes=notes,
         extra={"pgbench": raw},

@@ -158,6 +158,16 @@ COMMENT ON TABLE alk.jobs_0 IS 'Rotating slot 0 of alk.jobs (alk.rotate_jobs). P
 CREATE TABLE alk.jobs_1 PARTITION OF alk.jobs FOR VALUES IN (1);
 COMMENT ON TABLE alk.jobs_1 IS 'Rotating slot 1 of alk.jobs (alk.rotate_jobs). Private: use the alk.* functions.';
 CREATE TABLE alk.jobs_kept PARTITION OF alk.jobs FOR VALUES IN (2);
+-- Live (pending, processing) jobs are never kept: the claim, settle,
+-- give-back, cancel, serial-group and keyed-enqueue statements say
+-- slot <> 2, and the planner leaves this partition out of their plans, with
+-- no lock, probe or executor setup for it (0035). A revived job goes back
+-- to the current slot in the statement that revives it (requeue_dead,
+-- alk._after_revive): the row moves out before this check could see it.
+-- NOT VALID, as 0035 adds it: it binds every row written from then on, and
+-- validating would scan the whole kept slot under an exclusive lock during
+-- an upgrade; rotations have only ever moved dead and completed rows here.
+ALTER TABLE alk.jobs_kept ADD CONSTRAINT jobs_kept_settled CHECK (state IN ('dead', 'completed')) NOT VALID;
 COMMENT ON TABLE alk.jobs_kept IS
 'Dead and completed jobs a rotation moved out of the rotating slots. Private: use the alk.* functions.';
 

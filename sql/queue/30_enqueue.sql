@@ -191,7 +191,7 @@ BEGIN
             -- Held: return the holder's id and write nothing (no wake-up
             -- either). Should the holder have gone since, insert again.
             SELECT j.id INTO v_id FROM alk.jobs j
-             WHERE j.queue = p_queue AND j.dedup_key = p_dedup_key AND j.state IN ('pending', 'processing');
+             WHERE j.slot <> 2 AND j.queue = p_queue AND j.dedup_key = p_dedup_key AND j.state IN ('pending', 'processing');
             IF v_id IS NOT NULL THEN
                 RETURN v_id;
             END IF;

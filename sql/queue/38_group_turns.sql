@@ -1,6 +1,10 @@
 -- pyalk queue, serial groups' turns (docs/queue.md "Limits"): which pending
 -- jobs of a group are in the claim index. Landed in 0032_group_turns.sql.
 --
+-- Every statement here reads or writes live jobs only, so each says
+-- slot <> 2: the planner leaves the kept slot out of its plan
+-- (alk.jobs_kept, 10_table.sql; 0035).
+--
 -- The claim rule for groups is alk._group_has_room (40_claim.sql); this file
 -- keeps a claim from walking past the jobs that rule would refuse. A due job
 -- of a full group is *parked*: after_left = -1, out of jobs_claim_pending
@@ -64,20 +68,20 @@ SET search_path = pg_catalog, pg_temp
 AS $$
     WITH RECURSIVE unparked(priority) AS (
         (SELECT j.priority FROM alk.jobs j
-          WHERE j.queue = $1 AND j.group_key = $2 AND j.state = 'pending' AND j.after_left = 0
+          WHERE j.slot <> 2 AND j.queue = $1 AND j.group_key = $2 AND j.state = 'pending' AND j.after_left = 0
           ORDER BY j.priority DESC LIMIT 1)
         UNION ALL
         SELECT (SELECT j.priority FROM alk.jobs j
-                 WHERE j.queue = $1 AND j.group_key = $2 AND j.state = 'pending' AND j.after_left = 0
+                 WHERE j.slot <> 2 AND j.queue = $1 AND j.group_key = $2 AND j.state = 'pending' AND j.after_left = 0
                    AND j.priority < u.priority ORDER BY j.priority DESC LIMIT 1)
           FROM unparked u WHERE u.priority IS NOT NULL
     ), parked(priority) AS (
         (SELECT j.priority FROM alk.jobs j
-          WHERE j.queue = $1 AND j.group_key = $2 AND j.state = 'pending' AND j.after_left = -1
+          WHERE j.slot <> 2 AND j.queue = $1 AND j.group_key = $2 AND j.state = 'pending' AND j.after_left = -1
           ORDER BY j.priority DESC LIMIT 1)
         UNION ALL
         SELECT (SELECT j.priority FROM alk.jobs j
-                 WHERE j.queue = $1 AND j.group_key = $2 AND j.state = 'pending' AND j.after_left = -1
+                 WHERE j.slot <> 2 AND j.queue = $1 AND j.group_key = $2 AND j.state = 'pending' AND j.after_left = -1
                    AND j.priority < p.priority ORDER BY j.priority DESC LIMIT 1)
           FROM parked p WHERE p.priority IS NOT NULL
     ), levels AS (
@@ -90,11 +94,11 @@ AS $$
      CROSS JOIN LATERAL (
         SELECT c.id FROM (
             (SELECT j.id, j.run_at FROM alk.jobs j
-              WHERE j.queue = $1 AND j.group_key = $2 AND j.state = 'pending' AND j.after_left = 0
+              WHERE j.slot <> 2 AND j.queue = $1 AND j.group_key = $2 AND j.state = 'pending' AND j.after_left = 0
                 AND j.priority = l.priority ORDER BY j.run_at, j.id LIMIT $3)
             UNION ALL
             (SELECT j.id, j.run_at FROM alk.jobs j
-              WHERE j.queue = $1 AND j.group_key = $2 AND j.state = 'pending' AND j.after_left = -1
+              WHERE j.slot <> 2 AND j.queue = $1 AND j.group_key = $2 AND j.state = 'pending' AND j.after_left = -1
                 AND j.priority = l.priority ORDER BY j.run_at, j.id LIMIT $3)) c
          ORDER BY c.run_at, c.id LIMIT $3) t
 $$;
@@ -109,7 +113,7 @@ LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT s.share - (SELECT count(*) FROM (SELECT FROM alk.jobs k
-                                             WHERE k.queue = $1 AND k.group_key = $2 AND k.state = 'processing'
+                                             WHERE k.slot <> 2 AND k.queue = $1 AND k.group_key = $2 AND k.state = 'processing'
                                              LIMIT s.share) r)
       FROM (SELECT coalesce((SELECT l.max_running_per_group FROM alk.limited_queues l WHERE l.queue = $1), 1)
                    AS share) s
@@ -138,7 +142,7 @@ BEGIN
     FOR q, g IN SELECT DISTINCT u.q, u.k FROM unnest(queues, group_keys) AS u(q, k)
                  WHERE u.k IS NOT NULL ORDER BY u.q, u.k LOOP
         PERFORM pg_catalog.pg_advisory_xact_lock_shared(1634495335, alk._group_lock(q, g));
-        CONTINUE WHEN NOT EXISTS (SELECT FROM alk.jobs j WHERE j.queue = q AND j.group_key = g
+        CONTINUE WHEN NOT EXISTS (SELECT FROM alk.jobs j WHERE j.slot <> 2 AND j.queue = q AND j.group_key = g
                                                           AND j.state = 'pending' AND j.after_left = -1);
         room := alk._group_room(q, g);
         CONTINUE WHEN room <= 0;
@@ -147,10 +151,10 @@ BEGIN
         -- unparking it, a cancel or a sweep; none needs us to wait.
         SELECT array_agg(t.id) INTO ids
           FROM (SELECT k.id FROM alk.jobs k
-                 WHERE k.id = ANY (turns) AND k.queue = q AND k.state = 'pending' AND k.after_left = -1
+                 WHERE k.slot <> 2 AND k.id = ANY (turns) AND k.queue = q AND k.state = 'pending' AND k.after_left = -1
                    FOR NO KEY UPDATE SKIP LOCKED) t;
         IF ids IS NOT NULL THEN
-            UPDATE alk.jobs j SET after_left = 0 WHERE j.id = ANY (ids) AND j.queue = q;
+            UPDATE alk.jobs j SET after_left = 0 WHERE j.slot <> 2 AND j.id = ANY (ids) AND j.queue = q;
         END IF;
     END LOOP;
 END
@@ -171,11 +175,11 @@ BEGIN
     PERFORM alk._group_turns(array_agg(_group_heal.queue), array_agg(g.group_key))
        FROM (WITH RECURSIVE keys(group_key) AS (
                  (SELECT j.group_key FROM alk.jobs j
-                   WHERE j.queue = _group_heal.queue AND j.state = 'pending' AND j.after_left = -1
+                   WHERE j.slot <> 2 AND j.queue = _group_heal.queue AND j.state = 'pending' AND j.after_left = -1
                    ORDER BY j.group_key LIMIT 1)
                  UNION ALL
                  SELECT (SELECT j.group_key FROM alk.jobs j
-                          WHERE j.queue = _group_heal.queue AND j.state = 'pending' AND j.after_left = -1
+                          WHERE j.slot <> 2 AND j.queue = _group_heal.queue AND j.state = 'pending' AND j.after_left = -1
                             AND j.group_key > k.group_key ORDER BY j.group_key LIMIT 1)
                    FROM keys k WHERE k.group_key IS NOT NULL)
              SELECT k.group_key FROM keys k WHERE k.group_key IS NOT NULL) g
@@ -234,29 +238,29 @@ BEGIN
     IF room > 0 THEN
         -- No parked job and no more pending ones than the room: all are
         -- turns (a group's first job, the usual case). Else compute them.
-        IF NOT EXISTS (SELECT FROM alk.jobs j WHERE j.queue = queue AND j.group_key = group_key
+        IF NOT EXISTS (SELECT FROM alk.jobs j WHERE j.slot <> 2 AND j.queue = queue AND j.group_key = group_key
                                                 AND j.state = 'pending' AND j.after_left = -1)
            AND (SELECT count(*) FROM (SELECT FROM alk.jobs j
-                                       WHERE j.queue = queue AND j.group_key = group_key
+                                       WHERE j.slot <> 2 AND j.queue = queue AND j.group_key = group_key
                                          AND j.state = 'pending' AND j.after_left = 0 LIMIT room + 1) c) <= room THEN
             RETURN;
         END IF;
         turns := alk._group_turn_ids(queue, group_key, room);
         SELECT array_agg(t.id) INTO unpark
           FROM (SELECT k.id FROM alk.jobs k
-                 WHERE k.id = ANY (turns) AND k.queue = queue AND k.state = 'pending' AND k.after_left = -1
+                 WHERE k.slot <> 2 AND k.id = ANY (turns) AND k.queue = queue AND k.state = 'pending' AND k.after_left = -1
                    FOR NO KEY UPDATE SKIP LOCKED) t;
         IF unpark IS NOT NULL THEN
-            UPDATE alk.jobs j SET after_left = 0 WHERE j.id = ANY (unpark) AND j.queue = queue;
+            UPDATE alk.jobs j SET after_left = 0 WHERE j.slot <> 2 AND j.id = ANY (unpark) AND j.queue = queue;
         END IF;
     END IF;
     SELECT array_agg(t.id) INTO park
       FROM (SELECT k.id FROM alk.jobs k
-             WHERE k.queue = queue AND k.group_key = group_key AND k.state = 'pending' AND k.after_left = 0
+             WHERE k.slot <> 2 AND k.queue = queue AND k.group_key = group_key AND k.state = 'pending' AND k.after_left = 0
                AND k.id <> ALL (turns)
                FOR NO KEY UPDATE SKIP LOCKED) t;
     IF park IS NOT NULL THEN
-        UPDATE alk.jobs j SET after_left = -1 WHERE j.id = ANY (park) AND j.queue = queue;
+        UPDATE alk.jobs j SET after_left = -1 WHERE j.slot <> 2 AND j.id = ANY (park) AND j.queue = queue;
     END IF;
 END
 $$;

@@ -3,6 +3,10 @@
 -- alk._rate_spend) and alk.next_claim_at, which must agree with it on what is
 -- claimable, so they sit side by side.
 --
+-- Every statement here reads or writes live jobs only, so each says
+-- slot <> 2: the planner leaves the kept slot out of its plan
+-- (alk.jobs_kept, 10_table.sql; 0035).
+--
 -- Before settle, whose alk.settle_and_claim calls alk._claim. Landed in
 -- 0002_queue.sql (claim) and 0007_worker.sql (next_claim_at); changed by 0009,
 -- 0016, 0026 (alk.job's new columns), 0028 (after: a waiting job is not in
@@ -35,18 +39,18 @@ AS $$
         ELSE r.running
            -- due jobs of the group at a higher priority ...
            + (SELECT count(*) FROM (SELECT FROM alk.jobs k
-                                     WHERE k.queue = $1 AND k.group_key = $2 AND k.state = 'pending'
+                                     WHERE k.slot <> 2 AND k.queue = $1 AND k.group_key = $2 AND k.state = 'pending'
                                        AND k.after_left = 0 AND k.priority > $3 AND k.run_at <= $6 LIMIT $7) h)
            -- ... and at its own, ahead of it (index-bounded: due, since it is)
            + (SELECT count(*) FROM (SELECT FROM alk.jobs k
-                                     WHERE k.queue = $1 AND k.group_key = $2 AND k.state = 'pending'
+                                     WHERE k.slot <> 2 AND k.queue = $1 AND k.group_key = $2 AND k.state = 'pending'
                                        AND k.after_left = 0 AND k.priority = $3 AND (k.run_at, k.id) < ($4, $5)
                                      LIMIT $7) s)
            < $7
     END
       FROM (SELECT count(*) AS running
               FROM (SELECT FROM alk.jobs k
-                     WHERE k.queue = $1 AND k.group_key = $2 AND k.state = 'processing' LIMIT $7) p) r
+                     WHERE k.slot <> 2 AND k.queue = $1 AND k.group_key = $2 AND k.state = 'processing' LIMIT $7) p) r
 $$;
 COMMENT ON FUNCTION alk._group_has_room(text, text, bigint, bigint, bigint, bigint, bigint) IS
 'internal: whether a due pending job of a serial group may be claimed now (the group has room for it)';
@@ -73,7 +77,7 @@ BEGIN
     END IF;
     IF lim.max_running IS NOT NULL THEN
         SELECT count(*) INTO running FROM alk.jobs j
-         WHERE j.queue = lim.queue AND j.state = 'processing' AND j.claim_expires_at >= clock;
+         WHERE j.slot <> 2 AND j.queue = lim.queue AND j.state = 'processing' AND j.claim_expires_at >= clock;
         budget := least(budget, lim.max_running - running);
     END IF;
     IF lim.rate IS NOT NULL THEN
@@ -134,11 +138,11 @@ AS $$
     -- alk.next_claim_at walks them, stopping at the first with a due job.
     WITH RECURSIVE priorities(priority) AS (
         (SELECT j.priority FROM alk.jobs j
-          WHERE j.queue = $1 AND j.state = 'pending' AND j.after_left = 0
+          WHERE j.slot <> 2 AND j.queue = $1 AND j.state = 'pending' AND j.after_left = 0
           ORDER BY j.priority DESC LIMIT 1)
         UNION ALL
         SELECT (SELECT j.priority FROM alk.jobs j
-                 WHERE j.queue = $1 AND j.state = 'pending' AND j.after_left = 0 AND j.priority < p.priority
+                 WHERE j.slot <> 2 AND j.queue = $1 AND j.state = 'pending' AND j.after_left = 0 AND j.priority < p.priority
                  ORDER BY j.priority DESC LIMIT 1)
           FROM priorities p WHERE p.priority IS NOT NULL
     )
@@ -147,7 +151,7 @@ AS $$
     -- (42 ms at 2 x 10^5 pending, measured).
     SELECT EXISTS (SELECT FROM priorities p
                     CROSS JOIN LATERAL (SELECT FROM alk.jobs j
-                                         WHERE j.queue = $1 AND j.state = 'pending' AND j.after_left = 0
+                                         WHERE j.slot <> 2 AND j.queue = $1 AND j.state = 'pending' AND j.after_left = 0
                                            AND j.priority = p.priority AND j.run_at <= $2 LIMIT 1) d
                     WHERE p.priority IS NOT NULL)
 $$;
@@ -176,7 +180,7 @@ BEGIN
            -- Someone sleeps, a slot is free, and a due job waits for it.
            AND EXISTS (SELECT FROM alk.idle_workers w WHERE w.queue = l.queue)
            AND (SELECT count(*) FROM (SELECT FROM alk.jobs j
-                                       WHERE j.queue = l.queue AND j.state = 'processing'
+                                       WHERE j.slot <> 2 AND j.queue = l.queue AND j.state = 'processing'
                                          AND j.claim_expires_at >= clock LIMIT l.max_running) r) < l.max_running
            AND alk._due_pending(l.queue, clock)
     LOOP
@@ -247,11 +251,11 @@ BEGIN
         -- is rare, costs a statement only when it happens.
         WITH RECURSIVE priorities(priority) AS (
             (SELECT j.priority FROM alk.jobs j
-              WHERE j.queue = _claim.queue AND j.state = 'pending' AND j.after_left = 0
+              WHERE j.slot <> 2 AND j.queue = _claim.queue AND j.state = 'pending' AND j.after_left = 0
               ORDER BY j.priority DESC LIMIT 1)
             UNION ALL
             SELECT (SELECT j.priority FROM alk.jobs j
-                     WHERE j.queue = _claim.queue AND j.state = 'pending' AND j.after_left = 0 AND j.priority < p.priority
+                     WHERE j.slot <> 2 AND j.queue = _claim.queue AND j.state = 'pending' AND j.after_left = 0 AND j.priority < p.priority
                      ORDER BY j.priority DESC LIMIT 1)
               FROM priorities p WHERE p.priority IS NOT NULL
         ), due AS (
@@ -262,7 +266,7 @@ BEGIN
                        (j.attempts - j.attempts_refunded >= j.max_attempts
                         OR coalesce(j.expires_at <= clock, false)) AS dead
                   FROM alk.jobs j
-                 WHERE j.queue = _claim.queue AND j.state = 'pending' AND j.after_left = 0
+                 WHERE j.slot <> 2 AND j.queue = _claim.queue AND j.state = 'pending' AND j.after_left = 0
                    AND j.priority = p.priority AND j.run_at <= clock
                    -- Serial groups: a job whose group is full is passed over.
                    AND (j.group_key IS NULL
@@ -277,12 +281,12 @@ BEGIN
                    (j.attempts - j.attempts_refunded >= j.max_attempts
                     OR coalesce(j.expires_at <= clock, false)) AS dead
               FROM alk.jobs j
-             WHERE j.queue = _claim.queue AND j.state = 'processing' AND j.claim_expires_at < clock
+             WHERE j.slot <> 2 AND j.queue = _claim.queue AND j.state = 'processing' AND j.claim_expires_at < clock
                -- Serial groups: fewer than per_group others of the group
                -- hold a lease or lapsed before it (in id order).
                AND (j.group_key IS NULL
                     OR (SELECT count(*) FROM (SELECT FROM alk.jobs k
-                         WHERE k.queue = _claim.queue AND k.group_key = j.group_key AND k.state = 'processing'
+                         WHERE k.slot <> 2 AND k.queue = _claim.queue AND k.group_key = j.group_key AND k.state = 'processing'
                            AND k.id <> j.id AND (k.claim_expires_at >= clock OR k.id < j.id)
                          LIMIT per_group) o) < per_group)
              ORDER BY j.priority DESC, j.run_at, j.id
@@ -305,7 +309,7 @@ BEGIN
                        purge_at = alk._purge_at(clock, j.dead_letter_retention_s),
                        last_error = CASE WHEN j.attempts - j.attempts_refunded >= j.max_attempts
                                          THEN 'max attempts exceeded' ELSE 'expired' END
-                 WHERE j.id = ANY (dead) AND j.queue = _claim.queue
+                 WHERE j.slot <> 2 AND j.id = ANY (dead) AND j.queue = _claim.queue
                 RETURNING j.id, j.awaited
             )
             SELECT array_agg(b.id) FILTER (WHERE b.awaited) INTO awaited FROM buried b;
@@ -323,7 +327,7 @@ BEGIN
                    SET state = 'processing', worker_id = wid, claimed_at = clock,
                        claim_expires_at = alk._sat_add(clock, j.visibility_timeout_s),
                        attempts = j.attempts + 1, under_max_running = lim.max_running IS NOT NULL
-                 WHERE j.id = ANY (live) AND j.queue = _claim.queue
+                 WHERE j.slot <> 2 AND j.id = ANY (live) AND j.queue = _claim.queue
                 RETURNING j.*
             )
             SELECT c.id, c.queue, c.state, c.payload, c.priority, c.run_at, c.attempts, c.max_attempts, c.worker_id,
@@ -391,16 +395,16 @@ BEGIN
     -- per distinct priority, not one per row.
     WITH RECURSIVE priorities(priority) AS (
         (SELECT j.priority FROM alk.jobs j
-          WHERE j.queue = next_claim_at.queue AND j.state = 'pending' AND j.after_left = 0
+          WHERE j.slot <> 2 AND j.queue = next_claim_at.queue AND j.state = 'pending' AND j.after_left = 0
           ORDER BY j.priority DESC LIMIT 1)
         UNION ALL
         SELECT (SELECT j.priority FROM alk.jobs j
-                 WHERE j.queue = next_claim_at.queue AND j.state = 'pending' AND j.after_left = 0 AND j.priority < p.priority
+                 WHERE j.slot <> 2 AND j.queue = next_claim_at.queue AND j.state = 'pending' AND j.after_left = 0 AND j.priority < p.priority
                  ORDER BY j.priority DESC LIMIT 1)
           FROM priorities p WHERE p.priority IS NOT NULL
     )
     SELECT min((SELECT j.run_at FROM alk.jobs j
-                 WHERE j.queue = next_claim_at.queue AND j.state = 'pending' AND j.after_left = 0 AND j.priority = p.priority
+                 WHERE j.slot <> 2 AND j.queue = next_claim_at.queue AND j.state = 'pending' AND j.after_left = 0 AND j.priority = p.priority
                  ORDER BY j.priority DESC, j.run_at LIMIT 1))
       INTO first_run_at
       FROM priorities p WHERE p.priority IS NOT NULL;
@@ -410,18 +414,18 @@ BEGIN
     -- ends, by a settle that claims again or by its lease, counted below).
     IF first_run_at <= clock AND NOT EXISTS (
         SELECT FROM alk.jobs j
-         WHERE j.queue = next_claim_at.queue AND j.state = 'pending' AND j.after_left = 0 AND j.run_at <= clock
+         WHERE j.slot <> 2 AND j.queue = next_claim_at.queue AND j.state = 'pending' AND j.after_left = 0 AND j.run_at <= clock
            AND (j.group_key IS NULL
                 OR alk._group_has_room(j.queue, j.group_key, j.priority, j.run_at, j.id, clock,
                                        coalesce(lim.max_running_per_group, 1)))) THEN
         SELECT min(j.run_at) INTO first_run_at
-          FROM alk.jobs j WHERE j.queue = next_claim_at.queue AND j.state = 'pending' AND j.after_left = 0
+          FROM alk.jobs j WHERE j.slot <> 2 AND j.queue = next_claim_at.queue AND j.state = 'pending' AND j.after_left = 0
            AND j.run_at > clock;
     END IF;
     -- The first lease to lapse (one probe of jobs_claim_lapsed). A lease is
     -- claimable once claim_expires_at < now, i.e. from the next second on.
     SELECT min(j.claim_expires_at) INTO first_lease_end
-      FROM alk.jobs j WHERE j.queue = next_claim_at.queue AND j.state = 'processing';
+      FROM alk.jobs j WHERE j.slot <> 2 AND j.queue = next_claim_at.queue AND j.state = 'processing';
     next_at := least(first_run_at, alk._sat_add(first_lease_end, 1));
     IF next_at IS NULL THEN
         RETURN NULL;
@@ -430,10 +434,10 @@ BEGIN
     -- first valid lease lapses, or a settle that frees a slot sooner wakes
     -- the idle workers (alk._wake_freed).
     IF lim.max_running IS NOT NULL
-       AND (SELECT count(*) FROM alk.jobs j WHERE j.queue = next_claim_at.queue AND j.state = 'processing'
+       AND (SELECT count(*) FROM alk.jobs j WHERE j.slot <> 2 AND j.queue = next_claim_at.queue AND j.state = 'processing'
                AND j.claim_expires_at >= clock) >= lim.max_running THEN
         SELECT alk._sat_add(min(j.claim_expires_at), 1) INTO held_until
-          FROM alk.jobs j WHERE j.queue = next_claim_at.queue AND j.state = 'processing'
+          FROM alk.jobs j WHERE j.slot <> 2 AND j.queue = next_claim_at.queue AND j.state = 'processing'
            AND j.claim_expires_at >= clock;
         next_at := greatest(next_at, held_until);
     END IF;

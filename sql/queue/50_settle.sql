@@ -3,6 +3,10 @@
 -- heartbeat and settle_and_claim, all under the claim's token (release_jobs
 -- and snooze: 55_give_back.sql).
 --
+-- Every statement here reads or writes live jobs only, so each says
+-- slot <> 2: the planner leaves the kept slot out of its plan
+-- (alk.jobs_kept, 10_table.sql; 0035).
+--
 -- After claim (settle_and_claim calls alk._claim). Every settlement counts
 -- itself in alk.queue_counts (80_throughput.sql; the bodies reach it at run
 -- time only). Landed in 0002_queue.sql; 0009 added alk._settle, settle,
@@ -49,7 +53,7 @@ BEGIN
            SET state = 'completed', completed_at = _complete.clock, result = f.result,
                purge_at = alk._purge_at(_complete.clock, s.completed_s)
           FROM first f, alk.queue_settings s
-         WHERE coalesce(f.outcome, 'ack') = 'ack' AND j.id = ANY (_complete.job_ids) AND j.id = f.id
+         WHERE j.slot <> 2 AND coalesce(f.outcome, 'ack') = 'ack' AND j.id = ANY (_complete.job_ids) AND j.id = f.id
            AND (_complete.queue IS NULL OR j.queue = _complete.queue) AND s.queue = j.queue
            AND alk._holds(j, _complete.wid, f.attempt, _complete.clock)
         RETURNING j.id, j.queue, j.awaited
@@ -147,13 +151,13 @@ BEGIN
     -- changes), given their next turns after. A queue running no grouped
     -- job pays one probe of the empty end of jobs_group_running.
     grouped := CASE WHEN _settle.queue IS NULL
-        THEN EXISTS (SELECT FROM alk.jobs j WHERE j.state = 'processing' AND j.group_key IS NOT NULL)
-        ELSE EXISTS (SELECT FROM alk.jobs j WHERE j.queue = _settle.queue AND j.state = 'processing'
+        THEN EXISTS (SELECT FROM alk.jobs j WHERE j.slot <> 2 AND j.state = 'processing' AND j.group_key IS NOT NULL)
+        ELSE EXISTS (SELECT FROM alk.jobs j WHERE j.slot <> 2 AND j.queue = _settle.queue AND j.state = 'processing'
                                               AND j.group_key IS NOT NULL) END;
     IF grouped THEN
         SELECT array_agg(j.queue), array_agg(j.group_key) INTO group_queues, group_keys
           FROM alk.jobs j
-         WHERE j.id = ANY (_settle.job_ids) AND (_settle.queue IS NULL OR j.queue = _settle.queue)
+         WHERE j.slot <> 2 AND j.id = ANY (_settle.job_ids) AND (_settle.queue IS NULL OR j.queue = _settle.queue)
            AND j.state = 'processing' AND j.group_key IS NOT NULL;
     END IF;
     -- Acks on queues that keep completed jobs, first; the statements below
@@ -177,7 +181,7 @@ BEGIN
             -- walking every row the worker holds (a generic plan knows no
             -- batch size; measured 22-137 ms a call at 500 held).
             DELETE FROM alk.jobs j USING first f
-             WHERE j.id = ANY (_settle.job_ids) AND j.id = f.id AND (_settle.queue IS NULL OR j.queue = _settle.queue)
+             WHERE j.slot <> 2 AND j.id = ANY (_settle.job_ids) AND j.id = f.id AND (_settle.queue IS NULL OR j.queue = _settle.queue)
                AND alk._holds(j, wid, f.attempt, clock)
             RETURNING j.id, j.queue
         ), counted AS (
@@ -201,7 +205,7 @@ BEGIN
             SELECT DISTINCT ON (i.id) i.* FROM input i ORDER BY i.id, i.ord
         ), acked AS (
             DELETE FROM alk.jobs j USING first f
-             WHERE f.outcome = 'ack' AND j.id = ANY (_settle.job_ids) AND j.id = f.id AND (_settle.queue IS NULL OR j.queue = _settle.queue)
+             WHERE j.slot <> 2 AND f.outcome = 'ack' AND j.id = ANY (_settle.job_ids) AND j.id = f.id AND (_settle.queue IS NULL OR j.queue = _settle.queue)
                AND alk._holds(j, wid, f.attempt, clock)
             RETURNING j.id, j.queue, 'acked'::text AS state
         ), moved AS (
@@ -229,7 +233,7 @@ BEGIN
                    purge_at = CASE WHEN f.outcome = 'fail' OR j.attempts - j.attempts_refunded >= j.max_attempts
                                    THEN alk._purge_at(clock, j.dead_letter_retention_s) END
               FROM first f
-             WHERE f.outcome <> 'ack' AND j.id = ANY (_settle.job_ids) AND j.id = f.id AND (_settle.queue IS NULL OR j.queue = _settle.queue)
+             WHERE j.slot <> 2 AND f.outcome <> 'ack' AND j.id = ANY (_settle.job_ids) AND j.id = f.id AND (_settle.queue IS NULL OR j.queue = _settle.queue)
                AND alk._holds(j, wid, f.attempt, clock)
             RETURNING j.id, j.queue, j.state
         ), done AS (
@@ -321,7 +325,7 @@ BEGIN
     END IF;
     WITH acked AS (
         DELETE FROM alk.jobs j
-         WHERE j.id = ack.job_id AND (ack.queue IS NULL OR j.queue = ack.queue)
+         WHERE j.slot <> 2 AND j.id = ack.job_id AND (ack.queue IS NULL OR j.queue = ack.queue)
            AND alk._holds(j, wid, ack.attempt, clock)
         RETURNING j.queue, j.awaited, j.group_key, j.under_max_running
     ), counted AS (
@@ -391,7 +395,7 @@ BEGIN
     ), acked AS (
         -- id = ANY (job_ids): jobs_pkey probes, as in _settle.
         DELETE FROM alk.jobs j USING first f
-         WHERE j.id = ANY (ack_batch.job_ids) AND j.id = f.id
+         WHERE j.slot <> 2 AND j.id = ANY (ack_batch.job_ids) AND j.id = f.id
            AND (ack_batch.queue IS NULL OR j.queue = ack_batch.queue)
            AND alk._holds(j, wid, f.attempt, clock)
         RETURNING j.id, j.queue, j.awaited, j.group_key, j.under_max_running
@@ -494,7 +498,7 @@ DECLARE
 BEGIN
     UPDATE alk.jobs j
        SET claim_expires_at = alk._sat_add(clock, coalesce(extend, j.visibility_timeout_s))
-     WHERE j.id = job_id AND (heartbeat.queue IS NULL OR j.queue = heartbeat.queue)
+     WHERE j.slot <> 2 AND j.id = job_id AND (heartbeat.queue IS NULL OR j.queue = heartbeat.queue)
        AND alk._holds(j, wid, attempt, clock);
     RETURN FOUND;
 END

@@ -3,6 +3,10 @@
 -- once) and alk.snooze (a handler's job, due later), both under the claim's
 -- token, the attempt refunded, idle workers woken (alk._wake).
 --
+-- Every statement here reads or writes live jobs only, so each says
+-- slot <> 2: the planner leaves the kept slot out of its plan
+-- (alk.jobs_kept, 10_table.sql; 0035).
+--
 -- After settle (the same validity predicate, alk._holds). Landed in
 -- 0009_queue.sql (release_jobs) and 0025 (snooze); moved here from
 -- 50_settle.sql in 0032, when that file outgrew 600 lines.
@@ -30,7 +34,7 @@ BEGIN
            SET state = 'pending', worker_id = NULL, claimed_at = NULL, claim_expires_at = NULL,
                attempts_refunded = j.attempts_refunded + 1
           FROM unnest(release_jobs.job_ids, release_jobs.attempts) AS w(id, attempt)
-         WHERE j.id = w.id AND (release_jobs.queue IS NULL OR j.queue = release_jobs.queue)
+         WHERE j.slot <> 2 AND j.id = w.id AND (release_jobs.queue IS NULL OR j.queue = release_jobs.queue)
            AND alk._holds(j, wid, w.attempt, clock)
         RETURNING j.queue
     )
@@ -66,7 +70,7 @@ BEGIN
        SET state = 'pending', worker_id = NULL, claimed_at = NULL, claim_expires_at = NULL,
            run_at = alk._sat_add(clock, coalesce(snooze.delay, 0)),
            attempts_refunded = j.attempts_refunded + 1
-     WHERE j.id = snooze.job_id AND (snooze.queue IS NULL OR j.queue = snooze.queue)
+     WHERE j.slot <> 2 AND j.id = snooze.job_id AND (snooze.queue IS NULL OR j.queue = snooze.queue)
        AND alk._holds(j, wid, snooze.attempt, clock)
     RETURNING j.queue INTO snoozed;
     IF snoozed IS NULL THEN

@@ -27,7 +27,9 @@ DECLARE
     limited boolean;
 BEGIN
     PERFORM alk._check_name('queue', cancel.queue);
-    DELETE FROM alk.jobs j WHERE j.queue = cancel.queue AND j.id = job_id AND j.state IN ('pending', 'processing')
+    -- Live jobs only: the planner leaves the kept slot out (docs/design.md).
+    DELETE FROM alk.jobs j
+     WHERE j.slot <> 2 AND j.queue = cancel.queue AND j.id = job_id AND j.state IN ('pending', 'processing')
     RETURNING j.state, j.worker_id, j.awaited, j.group_key, j.under_max_running
          INTO was, holder, awaited, cancelled_group, limited;
     IF was IS NULL THEN

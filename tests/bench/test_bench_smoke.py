@@ -61,6 +61,8 @@ def test_sql_rows_run_ours_and_the_floor(bench_ctx: Context, tmp_path: Path) -> 
         for rec in result.records:
             assert rec["ours jobs/s"] > 0 and rec["floor jobs/s"] > 0
             assert rec["ours/floor"] is not None
+            # The floor of the partitioned storage runs beside the plain one (issue 25).
+            assert rec["rotating floor jobs/s"] > 0 and rec["ours/rotating floor"] is not None
 
     meta = {
         "date": "test",
@@ -73,7 +75,10 @@ def test_sql_rows_run_ours_and_the_floor(bench_ctx: Context, tmp_path: Path) -> 
     report.write_markdown(tmp_path / "benchmarks.md", meta, results, None)
     text = (tmp_path / "benchmarks.md").read_text(encoding="utf-8")
     assert "| clients | ours jobs/s | floor jobs/s | ours/floor |" in text
-    assert "## Targets (issues 7, 11 and 15)" in text
+    assert "## Targets (issues 7, 11, 15, 25, 26 and 27)" in text
+    sql_target = next(t for t in report.targets(results) if t["target"].startswith("SQL path"))
+    assert sql_target["measured"].startswith("worst ours/rotating floor over client counts: ")
+    assert sql_target["met"] or sql_target["what limits us"].startswith("plain floor ")
     data = json.loads((tmp_path / "img" / "benchmarks.json").read_text(encoding="utf-8"))
     assert [row["key"] for row in data["rows"]] == [r.key for r in results]
 
@@ -218,6 +223,9 @@ def test_the_soak_rows_run_in_quick_mode(bench_ctx: Context, tmp_path: Path, mon
         ours, ref = result.records
         assert ours["status"] == "ok" and len(ours["runs jobs/s"].split(", ")) == 2
         assert [r["run"] for r in result.extra["raw"][rows_soak.PYALK]] == [1, 2]
+        # what the server ran beside each run: the WAL that run wrote, at least
+        assert all(r["beside"]["wal_bytes"] > 0 for r in result.extra["raw"][rows_soak.PYALK])
+        assert ours["beside worst"] is not None and ours["beside best early"] is not None
         assert 0 < ours["worst"] <= ours["median"] <= ours["best early"]
         assert ours["worst/best"] == round(ours["worst"] / ours["best early"], 3)
         assert ref["status"] in ("ok", "pending")

@@ -245,3 +245,68 @@ def test_concurrent_work_and_rotations_lose_nothing_and_run_nothing_twice(dsn, c
     assert all(times == 1 for _, times in acked)
     assert one(setup, "SELECT count(*) FROM alk.jobs") == 0
     assert rotations.count("rotated") >= 3, rotations[-20:]
+
+
+def kept_slot_locked(db: psycopg.Connection) -> bool:
+    """Whether this session's transaction has touched alk.jobs_kept at all."""
+    return bool(one(db, "SELECT count(*) > 0 FROM pg_locks WHERE pid = pg_backend_pid()"
+                        " AND relation = 'alk.jobs_kept'::regclass"))
+
+
+def test_the_live_job_paths_leave_the_kept_slot_out(db):
+    # Something kept, so a plan that visited the kept slot would have rows to read there.
+    dead = one(db, "SELECT alk.enqueue('old', '{}', max_attempts => 1)")
+    one(db, "SELECT id FROM alk.claim('old', 'w', 1)")
+    assert one(db, "SELECT alk.fail(%s, 'w', 1, queue => 'old')", dead) is True
+    assert one(db, "SELECT alk.rotate_jobs(0)") == "rotated"
+    assert slot_of(db, dead) == 2
+    db.execute("SELECT alk.set_queue_limits('lim', max_running => 5)")
+    db.execute("SELECT alk.enqueue_batch('lim', array_fill('{}'::jsonb, ARRAY[8]))")
+    db.execute("SELECT alk.enqueue_batch('q', array_fill('{}'::jsonb, ARRAY[8]))")
+    def held(queue: str) -> tuple[int, int]:
+        """A processing job of queue and its token, read outside the step's transaction."""
+        found = db.execute("SELECT id, attempts FROM alk.jobs WHERE queue = %s AND state = 'processing'"
+                           " ORDER BY id LIMIT 1", [queue]).fetchone()
+        assert found is not None
+        return found[0], found[1]
+
+    # (statement, the queue of the processing job whose id and token it takes, if any)
+    steps: list[tuple[str, str | None]] = [
+        ("SELECT alk.enqueue('q', '{}', dedup_key => 'k')", None),
+        ("SELECT alk.enqueue('q', '{}', dedup_key => 'k')", None),  # held: the dedup lookup
+        ("SELECT alk.enqueue('g', '{}', group_key => 'a'), alk.enqueue('g', '{}', group_key => 'a')", None),
+        ("SELECT alk.next_claim_at('q')", None),
+        ("SELECT count(*) FROM alk.claim('q', 'w', 6)", None),
+        ("SELECT count(*) FROM alk.claim('lim', 'w', 2)", None),
+        ("SELECT count(*) FROM alk.claim('g', 'w', 1)", None),
+        ("SELECT alk.heartbeat(%s, 'w', %s)", "q"),
+        ("SELECT alk.ack(%s, 'w', %s)", "q"),
+        ("SELECT alk.ack_batch(ARRAY[%s::bigint], 'w', ARRAY[%s::bigint])", "q"),
+        ("SELECT alk.retry(%s, 'w', %s)", "q"),
+        ("SELECT alk.snooze(%s, 'w', %s, 60)", "q"),
+        ("SELECT alk.release_jobs(ARRAY[%s::bigint], 'w', ARRAY[%s::bigint])", "q"),
+        ("SELECT alk.ack(%s, 'w', %s)", "lim"),
+        ("SELECT alk.ack(%s, 'w', %s)", "g"),
+        ("SELECT count(*) FROM alk.settle_and_claim('lim', 'w', 1, ARRAY[%s::bigint], ARRAY[%s::bigint])", "lim"),
+        ("SELECT alk.cancel('q', %s) WHERE %s > 0", "q"),
+    ]
+    touched = []
+    for sql, queue in steps:
+        params = list(held(queue)) if queue else []
+        with db.transaction():
+            db.execute(sql, params)
+            db.execute("SET CONSTRAINTS ALL IMMEDIATE")  # the commit-time work (a group's parking) too
+            if kept_slot_locked(db):
+                touched.append(sql)
+    assert touched == []
+    # The lookups that may find dead or completed jobs still read the kept slot.
+    with db.transaction():
+        assert one(db, "SELECT (alk.get_job('old', %s)).state", dead) == "dead"
+        assert kept_slot_locked(db)
+
+
+def test_the_kept_slot_refuses_live_jobs(db):
+    job = one(db, "SELECT alk.enqueue('q', '{}')")
+    with pytest.raises(psycopg.errors.CheckViolation, match="jobs_kept_settled"):
+        db.execute("UPDATE alk.jobs SET slot = 2 WHERE id = %s", [job])
+    assert slot_of(db, job) == current_slot(db)

@@ -1,0 +1,16 @@
+-- Rotating floor: floor_settle_and_claim_10.sql on alk_floor.rotating_jobs, the same table
+-- partitioned as alk.jobs is (bench/floor.sql); lookups name the live slots as ours do.
+WITH done AS (
+    DELETE FROM alk_floor.rotating_jobs WHERE slot <> 2 AND id = ANY (:job_ids::bigint[])
+), claimed AS (
+    UPDATE alk_floor.rotating_jobs
+       SET state = 'processing', worker_id = 'w' || :client_id, attempts = attempts + 1,
+           claim_expires_at = extract(epoch FROM clock_timestamp())::bigint + 300
+     WHERE slot <> 2 AND id IN (SELECT id FROM alk_floor.rotating_jobs
+                   WHERE slot <> 2 AND queue = 'bench' AND state = 'pending'
+                   ORDER BY priority DESC, run_at, id
+                   LIMIT 10 FOR UPDATE SKIP LOCKED)
+    RETURNING id, attempts, payload
+)
+SELECT coalesce(array_agg(id), '{}') AS job_ids, coalesce(array_agg(attempts), '{}') AS attempts, count(payload) AS n
+  FROM claimed \gset
