@@ -190,7 +190,7 @@ def _soak_limits(r: RowResult, bar: rows_soak.Targets) -> str:
     if ours["worst/best"] < bar.worst_vs_best:
         parts.append(
             f"run {ours['worst run']}: {ours['worst']:,.0f} jobs/s after {ours['dead tuples before worst']:,} dead "
-            f"tuples" + _beside(ours)
+            f"tuples, {ours['autovacuums']} autovacuums" + _beside(ours)
         )
     ratio = ours.get(f"median vs {rows_soak.REFERENCE}")
     if ratio is not None and ref and ratio < bar.median_vs_reference:
@@ -210,7 +210,7 @@ def _beside(ours: dict[str, Any]) -> str:
     worst, best = ours.get("beside worst"), ours.get("beside best early")
     if not worst or not best:
         return ""
-    return (f"; beside: {worst['checkpoints']} checkpoints, {worst['autovacuums']} autovacuums, "
+    return (f"; beside it: {worst['checkpoints']} ckpt, {worst['autovacuums']} autovac, "
             f"{worst['wal_bytes'] / 2**20:.0f} MiB WAL (best early {best['checkpoints']}, "
             f"{best['autovacuums']}, {best['wal_bytes'] / 2**20:.0f})")
 

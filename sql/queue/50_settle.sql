@@ -155,10 +155,14 @@ BEGIN
         ELSE EXISTS (SELECT FROM alk.jobs j WHERE j.slot <> 2 AND j.queue = _settle.queue AND j.state = 'processing'
                                               AND j.group_key IS NOT NULL) END;
     IF grouped THEN
+        -- The jobs an ack may delete: a retried or failed job leaves by an
+        -- UPDATE, whose trigger (jobs_group_left) gives its group's turns.
         SELECT array_agg(j.queue), array_agg(j.group_key) INTO group_queues, group_keys
           FROM alk.jobs j
          WHERE j.slot <> 2 AND j.id = ANY (_settle.job_ids) AND (_settle.queue IS NULL OR j.queue = _settle.queue)
-           AND j.state = 'processing' AND j.group_key IS NOT NULL;
+           AND j.state = 'processing' AND j.group_key IS NOT NULL
+           AND (all_ack OR j.id IN (SELECT o.id FROM unnest(_settle.job_ids, _settle.outcomes) AS o(id, outcome)
+                                     WHERE coalesce(o.outcome, 'ack') = 'ack'));
     END IF;
     -- Acks on queues that keep completed jobs, first; the statements below
     -- then delete the acked jobs they left.

@@ -248,3 +248,29 @@ def test_concurrent_workers_run_every_grouped_job_one_per_group_at_a_time(db, co
     assert overlaps == []
     assert len(ran) == len(set(ran)) == total
     assert one(monitor, "SELECT count(*) FROM alk.jobs WHERE queue = 'q'") == 0
+
+
+def groups_turned(db: psycopg.Connection) -> int:
+    """How many groups this database has given their turns so far: alk._group_turns
+    takes each group's lock once (alk._group_lock), counted by track_functions."""
+    db.execute("SELECT pg_stat_force_next_flush()")  # this backend's counts, now
+    db.execute("SELECT pg_stat_clear_snapshot()")
+    return one(db, "SELECT coalesce(sum(calls), 0)::int FROM pg_stat_user_functions"
+                   " WHERE funcid = 'alk._group_lock(text, text)'::regprocedure")
+
+
+@pytest.mark.parametrize("outcome", ["retry", "fail"])
+def test_a_settle_that_retries_or_fails_a_grouped_job_gives_its_group_its_turns_once(clocked, outcome):
+    clocked.execute("SET track_functions = 'all'")
+    head = enqueue(clocked, group_key="g")
+    nxt = enqueue(clocked, group_key="g")
+    other = enqueue(clocked, group_key="h")
+    assert sorted(ids(claim(clocked, 10))) == [head, other]
+    before = groups_turned(clocked)
+    # A retry or fail (its UPDATE's trigger gives g its turns) and an ack (settle gives h its turns).
+    clocked.execute("SELECT * FROM alk.settle(ARRAY[%s, %s]::bigint[], 'w1', ARRAY[1, 1]::bigint[], ARRAY[%s, 'ack'])",
+                    [head, other, outcome])
+    # g's turns once (the trigger) and h's once (settle); a retried head is
+    # pending again and parked at commit, which takes g's lock once more.
+    assert groups_turned(clocked) - before == (3 if outcome == "retry" else 2)
+    assert nxt not in parked(clocked)
