@@ -66,6 +66,10 @@ CREATE TABLE alk.job_slots (
     rotated_at_id bigint NOT NULL DEFAULT 0,
     rotated_at bigint,
     rotations bigint NOT NULL DEFAULT 0,
+    -- The live jobs the last rotation moved into the current slot (0038):
+    -- settled there, they leave entries a claim walks past as the slot's own
+    -- jobs do, so they count toward the next rotation.
+    moved_in bigint NOT NULL DEFAULT 0,
     CONSTRAINT job_slots_pkey PRIMARY KEY (only_row),
     CONSTRAINT job_slots_one_row CHECK (only_row),
     CONSTRAINT job_slots_rotating CHECK (current_slot IN (0, 1))

@@ -4,13 +4,24 @@
 --
 -- After the table: it moves alk.jobs' rows between its partitions; before
 -- enqueue, whose keyed path takes alk._rotation_lock. Landed in
--- 0028_job_rotation.sql.
+-- 0031_job_rotation.sql; 0038 counts the jobs a rotation moved in, and the
+-- live ones before it takes its lock.
 
 -- A claim walks the pending index of every slot from the front, and each
 -- entry a claim or an ack left behind costs it a heap visit until VACUUM
 -- removes it, which no VACUUM can while any snapshot older than the entry
 -- is held. A rotation bounds that walk to the jobs the current slot took
 -- since the last rotation, and TRUNCATE returns the space at once.
+--
+-- When is a rotation due? The slot holds an entry for every job it took
+-- since the last rotation (new ids) and for every live job that rotation
+-- moved in; settled, each is an entry a claim walks past. It is due once
+-- min_jobs ids were taken, or once min_jobs of those entries are settled,
+-- or a tenth of that when no job in the slot is live (the rotation then
+-- moves nothing). After a burst drains no new id comes, and without the
+-- last two rules the next burst would start on the settled entries of the
+-- jobs the last rotation moved in (under a held snapshot nothing else
+-- clears them).
 
 -- The advisory lock key a rotation takes exclusively and a keyed enqueue or
 -- requeue_dead shares: a live keyed job is then always in the current slot,
@@ -22,6 +33,25 @@ SET search_path = pg_catalog, pg_temp
 AS $$ SELECT 27422281159569268::bigint $$;
 COMMENT ON FUNCTION alk._rotation_lock() IS
 'internal: the advisory lock key alk.rotate_jobs takes and keyed enqueues share';
+
+-- The live (pending, processing) jobs in one rotating slot, counted up to
+-- at most: the rotation only needs to know whether there are more.
+CREATE FUNCTION alk._slot_live(slot bigint, at_most bigint)
+RETURNS bigint
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    live bigint;
+BEGIN
+    EXECUTE pg_catalog.format(
+        'SELECT count(*) FROM (SELECT FROM alk.jobs_%s j WHERE j.state IN (''pending'', ''processing'') LIMIT %s) l',
+        slot, at_most) INTO live;
+    RETURN live;
+END
+$$;
+COMMENT ON FUNCTION alk._slot_live(bigint, bigint) IS
+'internal: the live jobs in one rotating slot of alk.jobs, counted up to at_most';
 
 CREATE FUNCTION alk.rotate_jobs(min_jobs bigint DEFAULT 10000)
 RETURNS text
@@ -38,25 +68,40 @@ DECLARE
     max_wait_s constant double precision := 0.1;
     previous_timeout text;
     since bigint;
+    moved bigint;
     last_id bigint;
+    taken bigint;
     cur bigint;
     nxt bigint;
     live bigint;
+    drained_min bigint;
 BEGIN
     IF min_jobs IS NULL OR min_jobs < 0 THEN
         PERFORM alk._raise('LK002', 'min_jobs must be >= 0, got ' || coalesce(min_jobs::text, 'NULL'));
     END IF;
+    drained_min := min_jobs / 10 + (min_jobs % 10 <> 0)::int;  -- a tenth, rounded up
     -- Never queue behind anybody: a waiting ACCESS EXCLUSIVE request would
     -- stall every claim and ack behind it. Whoever holds a lock, we go.
     IF NOT pg_catalog.pg_try_advisory_xact_lock(alk._rotation_lock()) THEN
         RETURN 'locked';
     END IF;
-    SELECT s.current_slot, s.rotated_at_id INTO cur, since FROM alk.job_slots s;
+    SELECT s.current_slot, s.rotated_at_id, s.moved_in INTO cur, since, moved FROM alk.job_slots s;
     last_id := coalesce(pg_catalog.pg_sequence_last_value('alk.jobs_id_seq'), 0);
-    IF last_id - since < min_jobs THEN
-        RETURN 'not due';
+    taken := last_id - since;
+    IF taken + moved < drained_min THEN
+        RETURN 'not due';  -- not even with every entry settled: nothing to count
     END IF;
     nxt := 1 - cur;
+    -- Counted before the lock, which it may spare everybody: a backlog too
+    -- big to move, or moved jobs still live, hold nobody up to say so. The
+    -- count under the lock below is the one the move goes by.
+    live := alk._slot_live(cur, max_live + 1);
+    IF live > max_live THEN
+        RETURN 'too many live jobs';
+    END IF;
+    IF taken < min_jobs AND taken + moved - live < (CASE WHEN live = 0 THEN drained_min ELSE min_jobs END) THEN
+        RETURN 'not due';
+    END IF;
     -- Every statement on alk.jobs locks every slot it may touch until its
     -- transaction ends, and under load some claim or ack always holds the
     -- slot. Wait for it, briefly (the statements that queue behind our
@@ -82,9 +127,7 @@ BEGIN
         END;
         PERFORM pg_catalog.set_config('lock_timeout', previous_timeout, true);
     END;
-    EXECUTE pg_catalog.format(
-        'SELECT count(*) FROM (SELECT FROM alk.jobs_%s j WHERE j.state IN (''pending'', ''processing'') LIMIT %s) l',
-        cur, max_live + 1) INTO live;
+    live := alk._slot_live(cur, max_live + 1);
     IF live > max_live THEN
         RETURN 'too many live jobs';
     END IF;
@@ -96,12 +139,15 @@ BEGIN
         nxt, cur);
     EXECUTE pg_catalog.format('TRUNCATE alk.jobs_%s', cur);
     UPDATE alk.job_slots s
-       SET current_slot = nxt, rotated_at_id = last_id, rotated_at = alk.now(), rotations = s.rotations + 1;
+       SET current_slot = nxt, rotated_at_id = last_id, rotated_at = alk.now(), rotations = s.rotations + 1,
+           moved_in = live;
     RETURN 'rotated';
 END
 $$;
 COMMENT ON FUNCTION alk.rotate_jobs(bigint) IS
-'Rotate the job storage once the current slot has taken min_jobs jobs (ids) since the last rotation: its pending '
+'Rotate the job storage once the current slot has taken min_jobs jobs (ids) since the last rotation, or once '
+'min_jobs of the jobs it took or the last rotation moved into it are settled (a tenth of min_jobs once none of '
+'them is live): its pending '
 'and processing jobs move to the other slot, its dead and completed jobs to the kept slot, and it is emptied with '
 'TRUNCATE, which gives the space back even while a snapshot holds VACUUM back. Waits at most 100 ms for its lock, '
 'and only behind transactions under a second old: returns '

@@ -174,6 +174,59 @@ def test_too_many_live_jobs_wait_for_the_backlog(db):
     assert one(db, "SELECT count(*) FROM alk.jobs") == 19999
 
 
+def settle(db: psycopg.Connection, n: int) -> None:
+    """Claim and ack n jobs of queue q."""
+    db.execute("SELECT alk.ack_batch(array_agg(id), 'w', array_agg(attempts), 'q') FROM alk.claim('q', 'w', %s)",
+               [n])
+
+
+def test_the_jobs_a_rotation_moved_in_count_once_settled(db):
+    db.execute("SELECT alk.enqueue_batch('q', array_fill('{}'::jsonb, ARRAY[300]))")
+    assert one(db, "SELECT alk.rotate_jobs(0)") == "rotated"
+    assert one(db, "SELECT moved_in FROM alk.job_slots") == 300
+    # No new id: only the moved jobs count, and only once settled.
+    assert one(db, "SELECT alk.rotate_jobs(100)") == "not due"
+    settle(db, 99)
+    assert one(db, "SELECT alk.rotate_jobs(100)") == "not due"
+    settle(db, 1)
+    assert one(db, "SELECT alk.rotate_jobs(100)") == "rotated"
+    assert one(db, "SELECT moved_in FROM alk.job_slots") == 200
+
+
+def test_a_drained_slot_is_due_at_a_tenth_of_min_jobs(db):
+    db.execute("SELECT alk.enqueue_batch('q', array_fill('{}'::jsonb, ARRAY[100]))")
+    assert one(db, "SELECT alk.rotate_jobs(0)") == "rotated"
+    settle(db, 99)
+    assert one(db, "SELECT alk.rotate_jobs(991)") == "not due"  # one live job: min_jobs settled needed
+    settle(db, 1)
+    assert one(db, "SELECT alk.rotate_jobs(1001)") == "not due"  # a tenth of 1001, rounded up, is 101
+    assert one(db, "SELECT alk.rotate_jobs(1000)") == "rotated"  # none live: 100 settled is a tenth
+    assert one(db, "SELECT moved_in FROM alk.job_slots") == 0
+    assert one(db, "SELECT alk.rotate_jobs(1)") == "not due"  # an empty slot took nothing since
+
+
+def this_backend_locked_the_slot(db: psycopg.Connection) -> bool:
+    return bool(one(db, "SELECT count(*) > 0 FROM pg_locks WHERE pid = pg_backend_pid()"
+                        " AND relation = format('alk.jobs_%%s', (SELECT current_slot FROM alk.job_slots))::regclass"
+                        " AND mode = 'AccessExclusiveLock'"))
+
+
+def test_a_backlog_or_live_moved_jobs_answer_without_the_lock(db, connect):
+    db.execute("SELECT alk.enqueue_batch('q', array_fill('{}'::jsonb, ARRAY[500]))")
+    assert one(db, "SELECT alk.rotate_jobs(0)") == "rotated"
+    with db.transaction():
+        assert one(db, "SELECT alk.rotate_jobs(100)") == "not due"  # 500 moved in, all live
+        assert not this_backend_locked_the_slot(db)
+    db.execute("SELECT alk.enqueue_batch('q', array_fill('{}'::jsonb, ARRAY[20001]))")
+    worker = connect()
+    worker.execute("BEGIN")
+    worker.execute("SELECT alk.enqueue('q', '{}')")  # it holds the slot: asking for the lock answers 'locked'
+    with db.transaction():
+        assert one(db, "SELECT alk.rotate_jobs(0)") == "too many live jobs"
+        assert not this_backend_locked_the_slot(db)
+    worker.commit()
+
+
 def test_concurrent_work_and_rotations_lose_nothing_and_run_nothing_twice(dsn, connect):
     """Producers, claimers that ack, retry or let leases lapse, and a rotator,
     all at once on real connections: every job ends acked exactly once per

@@ -29,7 +29,7 @@ from pyalk._async.worker.advert import BUSY_POLL, AsyncIdleAdvert
 from pyalk._async.worker.claim import AsyncClaimLoop
 from pyalk._async.worker.heartbeat import AsyncHeartbeater, Running
 from pyalk._async.worker.registry import AsyncRegistration
-from pyalk._async.worker.rotation import AsyncRotator
+from pyalk._async.worker.rotation import LAST_CALL_WITHIN, AsyncRotator
 from pyalk._async.worker.runners import AsyncRunners, Handler
 from pyalk._async.worker.settlement import AsyncSettlementBatcher, Outcome, Settled
 from pyalk.backoff import Backoff
@@ -391,8 +391,10 @@ class AsyncWorker:
             logger.warning("stopping: no answer from the database in time to settle %d finished jobs; they run "
                            "again after their lease", unsettled, extra=self._fields())
         self._heartbeater.close()
-        self._rotator.close()
+        self._rotator.close()  # after one last call, within a bound: the jobs just settled may make it due
         self._registration.close()  # deregisters, within a bound: a silent server never holds up the exit
+        if "rotation" in tasks:
+            await tasks["rotation"].join(min(LAST_CALL_WITHIN, deadline.left()))
         if "registry" in tasks:
             await tasks["registry"].join(min(DEREGISTER_WITHIN, deadline.left()))
         for name, task in tasks.items():

@@ -30,7 +30,7 @@ from pyalk._sync.worker.advert import BUSY_POLL, IdleAdvert
 from pyalk._sync.worker.claim import ClaimLoop
 from pyalk._sync.worker.heartbeat import Heartbeater, Running
 from pyalk._sync.worker.registry import Registration
-from pyalk._sync.worker.rotation import Rotator
+from pyalk._sync.worker.rotation import LAST_CALL_WITHIN, Rotator
 from pyalk._sync.worker.runners import Runners, Handler
 from pyalk._sync.worker.settlement import SettlementBatcher, Outcome, Settled
 from pyalk.backoff import Backoff
@@ -392,8 +392,10 @@ class Worker:
             logger.warning("stopping: no answer from the database in time to settle %d finished jobs; they run "
                            "again after their lease", unsettled, extra=self._fields())
         self._heartbeater.close()
-        self._rotator.close()
+        self._rotator.close()  # after one last call, within a bound: the jobs just settled may make it due
         self._registration.close()  # deregisters, within a bound: a silent server never holds up the exit
+        if "rotation" in tasks:
+            tasks["rotation"].join(min(LAST_CALL_WITHIN, deadline.left()))
         if "registry" in tasks:
             tasks["registry"].join(min(DEREGISTER_WITHIN, deadline.left()))
         for name, task in tasks.items():

@@ -2,8 +2,10 @@
 """The worker's share of the job storage's rotation (sql/queue/15_rotation.sql,
 docs/design.md, "Job storage"): while it settles jobs, it calls
 alk.rotate_jobs every :data:`ROTATE_EVERY` seconds, which empties the current
-slot once it has taken enough jobs. Any worker of any queue may be the one
-that rotates; each call costs one round trip and, when not due, nothing else.
+slot once it has taken enough jobs or enough of them are settled, and once
+more as it stops if it settled jobs since. Any worker of any queue may be the
+one that rotates; each call costs one round trip and, when not due, at most a
+count of the slot's live jobs.
 
 The rotation serves throughput, never correctness: a server without it (before
 version 0028), a role without the grant or any other refusal is logged once and
@@ -31,6 +33,14 @@ ROTATE_EVERY = 0.1
 #: Seconds to wait after a call that found the slot held ('locked'): each try
 #: that waits for the lock holds up the claims queued behind it for a moment.
 AFTER_LOCKED = 0.5
+#: Seconds to wait after 'too many live jobs': each such answer counted
+#: 20,000 live jobs, and the backlog drains no faster for asking.
+AFTER_BACKLOG = 0.5
+#: Answers that ask for a longer wait before the next call.
+_WAIT_AFTER = {"locked": AFTER_LOCKED, "too many live jobs": AFTER_BACKLOG}
+#: The longest a stopping worker waits for its last call (alk.rotate_jobs
+#: waits at most 100 ms for its lock, then moves at most 20,000 rows).
+LAST_CALL_WITHIN = 2.0
 
 _PASSING: tuple[type[BaseException], ...] = (*TRANSIENT_ERRORS, ConnectError)
 
@@ -53,15 +63,20 @@ class Rotator:
         self._closed.set()
 
     def run(self) -> None:
+        """Until :meth:`close`, then a last call if jobs were settled since
+        the previous one: a burst worker's last jobs may leave the slot due.
+        (The count grows as settles commit, so a call always follows the
+        last of them.)"""
         seen = self._settled()
         while not self._closed.is_set() and not self._given_up:
             wait = ROTATE_EVERY
             now = self._settled()
             if now != seen:
                 seen = now
-                if self._rotate() == "locked":
-                    wait = AFTER_LOCKED
+                wait = _WAIT_AFTER.get(self._rotate() or "", ROTATE_EVERY)
             self._closed.wait(wait)
+        if not self._given_up and self._settled() != seen:
+            self._rotate()
 
     def _rotate(self) -> str | None:
         try:

@@ -1,14 +1,19 @@
 """The worker rotates the job storage as it settles (pyalk/_async/worker/rotation.py):
-a burst over more jobs than a rotation waits for ends with the slot rotated."""
+a burst over more jobs than a rotation waits for ends with the slot rotated, and
+a worker that runs out of jobs leaves the slot rotated, before it stops and as
+it stops."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import threading
+from collections.abc import AsyncIterator, Callable
 
+import psycopg
 import pytest
 
 from pyalk import AsyncAlk, AsyncJobHandle
-from tests.helpers import one
+from pyalk._async.worker import rotation
+from tests.helpers import one, until
 
 JOBS = 10_001  # alk.rotate_jobs' default min_jobs, and one
 
@@ -36,3 +41,51 @@ async def test_a_rotation_answers_through_the_client(alk, db):
     assert await alk.rotate_jobs(min_jobs=10) == "not due"
     assert await alk.rotate_jobs(min_jobs=0) == "rotated"
     assert one(db, "SELECT count(*) FROM alk.jobs WHERE slot = (SELECT current_slot FROM alk.job_slots)") == 1
+
+
+async def noop(job: AsyncJobHandle) -> None:
+    return None
+
+
+async def moved_in_and_live(alk: AsyncAlk, db: psycopg.Connection, jobs: int) -> int:
+    """Enqueue jobs and rotate them into the next slot: no new id since, so
+    the slot is due only once they are settled (a tenth of min_jobs, all
+    settled). The rotations so far."""
+    await alk.queue("q").enqueue_batch([{}] * jobs)
+    assert await alk.rotate_jobs(min_jobs=0) == "rotated"
+    assert one(db, "SELECT moved_in FROM alk.job_slots") == jobs
+    return int(one(db, "SELECT rotations FROM alk.job_slots"))
+
+
+async def test_a_worker_that_runs_out_of_jobs_leaves_the_slot_rotated(alk, db, dsn):
+    rotations = await moved_in_and_live(alk, db, 1500)
+    worker = alk.worker("q", noop, concurrency=10, handle_signals=False)
+    failures: list[BaseException] = []
+
+    def watch(stop: Callable[[], None]) -> None:
+        try:
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                until(lambda: one(conn, "SELECT rotations FROM alk.job_slots") == rotations + 1,
+                      "a rotation once the worker ran out of jobs, before it stops")
+        except BaseException as error:
+            failures.append(error)
+        finally:
+            stop()
+
+    thread = threading.Thread(target=watch, args=(worker.stop,), daemon=True)
+    thread.start()
+    counts = await worker.run()
+    thread.join()
+    assert not failures, failures
+    assert counts.acked == 1500
+    assert one(db, "SELECT moved_in FROM alk.job_slots") == 0
+
+
+async def test_a_stopping_worker_makes_a_last_call(alk, db, monkeypatch):
+    monkeypatch.setattr(rotation, "ROTATE_EVERY", 3600.0)  # no call while it runs: the last one only
+    rotations = await moved_in_and_live(alk, db, 1500)
+    worker = alk.worker("q", noop, concurrency=10, burst=True, handle_signals=False)
+    counts = await worker.run()
+    assert counts.acked == 1500
+    assert one(db, "SELECT rotations FROM alk.job_slots") == rotations + 1
+    assert one(db, "SELECT moved_in FROM alk.job_slots") == 0

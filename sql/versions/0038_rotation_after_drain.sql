@@ -1,0 +1,138 @@
+-- pyalk 0038: rotation_after_drain (issue 25, the held-snapshot soak's worst run). A rotation was due only once
+-- min_jobs new ids had come, so the live jobs it moved into the next slot, once settled, left their entries there for
+-- the next burst's claims to walk past (under a held snapshot nothing else clears them). alk.job_slots.moved_in
+-- counts them, and a rotation is also due once min_jobs of the slot's entries are settled, or a tenth of that when
+-- none is live. The live jobs are counted before the lock too: a backlog too big to move answers 'too many live
+-- jobs' without holding up a claim.
+
+ALTER TABLE alk.job_slots ADD COLUMN moved_in bigint NOT NULL DEFAULT 0;
+
+-- alk._slot_live(bigint,bigint): changed or new in the current files
+CREATE OR REPLACE FUNCTION alk._slot_live(slot bigint, at_most bigint)
+RETURNS bigint
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    live bigint;
+BEGIN
+    EXECUTE pg_catalog.format(
+        'SELECT count(*) FROM (SELECT FROM alk.jobs_%s j WHERE j.state IN (''pending'', ''processing'') LIMIT %s) l',
+        slot, at_most) INTO live;
+    RETURN live;
+END
+$$;
+COMMENT ON FUNCTION alk._slot_live(bigint, bigint) IS
+'internal: the live jobs in one rotating slot of alk.jobs, counted up to at_most';
+
+-- alk.rotate_jobs(bigint): changed or new in the current files
+CREATE OR REPLACE FUNCTION alk.rotate_jobs(min_jobs bigint DEFAULT 10000)
+RETURNS text
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    -- More live rows than this and the rotation waits for the backlog to
+    -- drain: moving them holds every claim, ack and enqueue of the slot
+    -- (about 2 ms per 1,000 rows, measured).
+    max_live constant bigint := 20000;
+    -- The longest a rotation waits for its lock, and so holds up the claims
+    -- and acks queued behind it.
+    max_wait_s constant double precision := 0.1;
+    previous_timeout text;
+    since bigint;
+    moved bigint;
+    last_id bigint;
+    taken bigint;
+    cur bigint;
+    nxt bigint;
+    live bigint;
+    drained_min bigint;
+BEGIN
+    IF min_jobs IS NULL OR min_jobs < 0 THEN
+        PERFORM alk._raise('LK002', 'min_jobs must be >= 0, got ' || coalesce(min_jobs::text, 'NULL'));
+    END IF;
+    drained_min := min_jobs / 10 + (min_jobs % 10 <> 0)::int;  -- a tenth, rounded up
+    -- Never queue behind anybody: a waiting ACCESS EXCLUSIVE request would
+    -- stall every claim and ack behind it. Whoever holds a lock, we go.
+    IF NOT pg_catalog.pg_try_advisory_xact_lock(alk._rotation_lock()) THEN
+        RETURN 'locked';
+    END IF;
+    SELECT s.current_slot, s.rotated_at_id, s.moved_in INTO cur, since, moved FROM alk.job_slots s;
+    last_id := coalesce(pg_catalog.pg_sequence_last_value('alk.jobs_id_seq'), 0);
+    taken := last_id - since;
+    IF taken + moved < drained_min THEN
+        RETURN 'not due';  -- not even with every entry settled: nothing to count
+    END IF;
+    nxt := 1 - cur;
+    -- Counted before the lock, which it may spare everybody: a backlog too
+    -- big to move, or moved jobs still live, hold nobody up to say so. The
+    -- count under the lock below is the one the move goes by.
+    live := alk._slot_live(cur, max_live + 1);
+    IF live > max_live THEN
+        RETURN 'too many live jobs';
+    END IF;
+    IF taken < min_jobs AND taken + moved - live < (CASE WHEN live = 0 THEN drained_min ELSE min_jobs END) THEN
+        RETURN 'not due';
+    END IF;
+    -- Every statement on alk.jobs locks every slot it may touch until its
+    -- transaction ends, and under load some claim or ack always holds the
+    -- slot. Wait for it, briefly (the statements that queue behind our
+    -- request wait as long), and only behind transactions under a second
+    -- old (claims, acks): behind an old one (an enqueue in a long
+    -- transaction, a pg_dump) we would stall everybody for nothing.
+    BEGIN
+        EXECUTE pg_catalog.format('LOCK TABLE alk.jobs_%s IN ACCESS EXCLUSIVE MODE NOWAIT', cur);
+    EXCEPTION WHEN lock_not_available THEN
+        IF EXISTS (SELECT FROM pg_catalog.pg_locks l JOIN pg_catalog.pg_stat_activity a ON a.pid = l.pid
+                    WHERE l.locktype = 'relation' AND l.database = a.datid AND l.granted
+                      AND l.relation = pg_catalog.format('alk.jobs_%s', cur)::regclass
+                      AND a.xact_start < pg_catalog.clock_timestamp() - interval '1 second') THEN
+            RETURN 'locked';
+        END IF;
+        previous_timeout := pg_catalog.current_setting('lock_timeout');
+        PERFORM pg_catalog.set_config('lock_timeout', (max_wait_s * 1000)::int::text, true);
+        BEGIN
+            EXECUTE pg_catalog.format('LOCK TABLE alk.jobs_%s IN ACCESS EXCLUSIVE MODE', cur);
+        EXCEPTION WHEN lock_not_available THEN
+            PERFORM pg_catalog.set_config('lock_timeout', previous_timeout, true);
+            RETURN 'locked';
+        END;
+        PERFORM pg_catalog.set_config('lock_timeout', previous_timeout, true);
+    END;
+    live := alk._slot_live(cur, max_live + 1);
+    IF live > max_live THEN
+        RETURN 'too many live jobs';
+    END IF;
+    -- Through the parent, so the row moves whole (id, attempts, lease and
+    -- all: every token stays valid). Whoever waited for our lock takes its
+    -- snapshot after it, and finds the rows where they went.
+    EXECUTE pg_catalog.format(
+        'UPDATE alk.jobs SET slot = CASE WHEN state IN (''pending'', ''processing'') THEN %s ELSE 2 END WHERE slot = %s',
+        nxt, cur);
+    EXECUTE pg_catalog.format('TRUNCATE alk.jobs_%s', cur);
+    UPDATE alk.job_slots s
+       SET current_slot = nxt, rotated_at_id = last_id, rotated_at = alk.now(), rotations = s.rotations + 1,
+           moved_in = live;
+    RETURN 'rotated';
+END
+$$;
+COMMENT ON FUNCTION alk.rotate_jobs(bigint) IS
+'Rotate the job storage once the current slot has taken min_jobs jobs (ids) since the last rotation, or once '
+'min_jobs of the jobs it took or the last rotation moved into it are settled (a tenth of min_jobs once none of '
+'them is live): its pending '
+'and processing jobs move to the other slot, its dead and completed jobs to the kept slot, and it is emptied with '
+'TRUNCATE, which gives the space back even while a snapshot holds VACUUM back. Waits at most 100 ms for its lock, '
+'and only behind transactions under a second old: returns '
+'''rotated'', ''not due'', ''locked'' (a transaction that touched the jobs is open, or a rotation runs: try again) '
+'or ''too many live jobs'' (over 20,000 pending and processing: waits for the backlog to drain). Workers call it; '
+'without workers, call it every second or so (pg_cron). '
+'Example: SELECT alk.rotate_jobs();';
+
+-- columns differ: write the ALTER (or CREATE) by hand
+--   current only: ('job_slots', 6, 'moved_in', 'bigint', True, '0', '', None, None)
+
+-- constraints differ: write the ALTER (or CREATE) by hand
+--   current only: ('alk.job_slots', 'job_slots_moved_in_not_null', 'NOT NULL moved_in')
+
+REVOKE ALL ON ALL FUNCTIONS IN SCHEMA alk FROM PUBLIC;
