@@ -236,8 +236,13 @@ def test_the_soak_rows_run_in_quick_mode(bench_ctx: Context, tmp_path: Path, mon
             assert any(note.startswith("graphile-worker: not run") for note in result.notes)
     for rec in held.records:
         if rec["status"] == "ok":
-            # the job tables exist empty before run 1, and held dead rows make them grow
-            assert 0 < rec["queue MiB empty"] < rec["at end"]
+            assert rec["queue MiB empty"] > 0  # the job tables exist empty before run 1
+            if rec["system"] == rows_soak.PYALK:
+                # 2 runs of 500: 1,000 settled jobs, a tenth of min_jobs, so the
+                # drained slot rotates as the second run's worker stops (0038)
+                assert rec["at end"] <= 2 * rec["queue MiB empty"]
+            else:  # held dead rows make them grow
+                assert rec["queue MiB empty"] < rec["at end"]
             assert rec["after vacuum"] > 0 and rec["vacuum"]
     assert rows_soak.HOLDER_SQL in " ".join(held.notes)
 
