@@ -107,9 +107,14 @@ def client(args: argparse.Namespace) -> Iterator[Alk]:
         yield Alk(conn)
 
 
-def database_options(sub: argparse.ArgumentParser) -> None:
-    sub.add_argument("--dsn", help="libpq conninfo or URI (default: $PYALK_DSN, else libpq's PG* variables)")
-    sub.add_argument("--embedded", action="store_true", help="start or reuse an embedded PostgreSQL")
+def database_options(sub: argparse.ArgumentParser, *, nested: bool = False) -> None:
+    """--dsn and --embedded. ``nested``: ``sub`` is an action of a command
+    that takes them too (``pyalk workers --dsn X stop ID``); its own then
+    default to nothing, so what was given before the action stands."""
+    sub.add_argument("--dsn", default=argparse.SUPPRESS if nested else None,
+                     help="libpq conninfo or URI (default: $PYALK_DSN, else libpq's PG* variables)")
+    sub.add_argument("--embedded", action="store_true", default=argparse.SUPPRESS if nested else False,
+                     help="start or reuse an embedded PostgreSQL")
 
 
 # user code and arguments --------------------------------------------------------------------

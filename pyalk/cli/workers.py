@@ -104,5 +104,5 @@ def register(commands: Commands) -> None:
     stop = actions.add_parser("stop", help="ask a worker to stop as on SIGTERM (alk.request_stop)")
     stop.add_argument("worker_id", metavar="ID", help="the worker's id, as pyalk workers lists it")
     stop.add_argument("--queue", help="its queue: routing through a sharded router (optional)")
-    database_options(stop)
+    database_options(stop, nested=True)
     stop.set_defaults(run=cmd_workers_stop)

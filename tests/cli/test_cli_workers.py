@@ -89,3 +89,12 @@ def test_stop_asks_the_worker_and_an_unknown_id_is_exit_1(capsys, dsn, db, regis
     assert one_error_line(err) == "error: no worker 'nobody' is registered (pyalk workers lists them)"
     code, _, err = run(capsys, "workers", "stop", "web-3:4242:a1b2c3", "--queue", "other", "--dsn", dsn)
     assert code == 1 and "for queue 'other'" in one_error_line(err)
+
+
+def test_stop_takes_the_database_given_before_it(capsys, dsn, db, registered, monkeypatch):
+    # Nothing else names a database: the --dsn before "stop" must be the one used.
+    for name in ("PYALK_DSN", "PGHOST", "PGPORT", "PGDATABASE", "PGUSER"):
+        monkeypatch.delenv(name, raising=False)
+    code, out, _ = run(capsys, "workers", "--dsn", dsn, "stop", "web-3:4242:a1b2c3")
+    assert code == 0 and "asked worker 'web-3:4242:a1b2c3' to stop" in out
+    assert one(db, "SELECT stopping FROM alk.workers() WHERE worker_id = 'web-3:4242:a1b2c3'") is True
