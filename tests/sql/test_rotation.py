@@ -35,6 +35,19 @@ def slot_pages(db: psycopg.Connection, slot: int) -> int:
     return one(db, "SELECT pg_total_relation_size(%s::regclass)", f"alk.jobs_{slot}")
 
 
+def settle(db: psycopg.Connection, n: int) -> None:
+    """Claim and ack n jobs of queue q."""
+    db.execute("SELECT alk.ack_batch(array_agg(id), 'w', array_agg(attempts), 'q') FROM alk.claim('q', 'w', %s)",
+               [n])
+
+
+def locked(db: psycopg.Connection, relation: str, mode: str | None = None) -> bool:
+    """Whether this session's transaction holds a lock on ``relation`` (in
+    ``mode``, or in any mode)."""
+    return bool(one(db, "SELECT count(*) > 0 FROM pg_locks WHERE pid = pg_backend_pid()"
+                        " AND relation = %s::regclass AND mode = coalesce(%s, mode)", relation, mode))
+
+
 def test_a_rotation_moves_live_jobs_keeps_dead_and_completed_and_empties_the_slot(db):
     db.execute("SELECT alk.set_queue_retention('kept', 3600)")
     pending = one(db, "SELECT alk.enqueue('q', '{\"n\": 1}')")
@@ -72,7 +85,7 @@ def test_a_rotation_gives_the_space_back_while_a_snapshot_is_held(db, connect):
     slot = current_slot(db)
     empty = slot_pages(db, slot)
     db.execute("SELECT alk.enqueue_batch('q', array_fill('{}'::jsonb, ARRAY[5000]))")
-    db.execute("SELECT alk.ack_batch(array_agg(id), 'w', array_agg(attempts), 'q') FROM alk.claim('q', 'w', 5000)")
+    settle(db, 5000)
     db.execute("VACUUM alk.jobs")  # can remove nothing: the holder's snapshot is older
     assert slot_pages(db, slot) > 10 * empty
 
@@ -169,15 +182,9 @@ def test_requeued_dead_jobs_come_back_to_the_current_slot_and_run(db):
 def test_too_many_live_jobs_wait_for_the_backlog(db):
     db.execute("SELECT alk.enqueue_batch('q', array_fill('{}'::jsonb, ARRAY[20001]))")
     assert one(db, "SELECT alk.rotate_jobs(0)") == "too many live jobs"
-    db.execute("SELECT alk.ack_batch(array_agg(id), 'w', array_agg(attempts), 'q') FROM alk.claim('q', 'w', 2)")
+    settle(db, 2)
     assert one(db, "SELECT alk.rotate_jobs(0)") == "rotated"
     assert one(db, "SELECT count(*) FROM alk.jobs") == 19999
-
-
-def settle(db: psycopg.Connection, n: int) -> None:
-    """Claim and ack n jobs of queue q."""
-    db.execute("SELECT alk.ack_batch(array_agg(id), 'w', array_agg(attempts), 'q') FROM alk.claim('q', 'w', %s)",
-               [n])
 
 
 def test_the_jobs_a_rotation_moved_in_count_once_settled(db):
@@ -205,25 +212,19 @@ def test_a_drained_slot_is_due_at_a_tenth_of_min_jobs(db):
     assert one(db, "SELECT alk.rotate_jobs(1)") == "not due"  # an empty slot took nothing since
 
 
-def this_backend_locked_the_slot(db: psycopg.Connection) -> bool:
-    return bool(one(db, "SELECT count(*) > 0 FROM pg_locks WHERE pid = pg_backend_pid()"
-                        " AND relation = format('alk.jobs_%%s', (SELECT current_slot FROM alk.job_slots))::regclass"
-                        " AND mode = 'AccessExclusiveLock'"))
-
-
 def test_a_backlog_or_live_moved_jobs_answer_without_the_lock(db, connect):
     db.execute("SELECT alk.enqueue_batch('q', array_fill('{}'::jsonb, ARRAY[500]))")
     assert one(db, "SELECT alk.rotate_jobs(0)") == "rotated"
     with db.transaction():
         assert one(db, "SELECT alk.rotate_jobs(100)") == "not due"  # 500 moved in, all live
-        assert not this_backend_locked_the_slot(db)
+        assert not locked(db, f"alk.jobs_{current_slot(db)}", "AccessExclusiveLock")
     db.execute("SELECT alk.enqueue_batch('q', array_fill('{}'::jsonb, ARRAY[20001]))")
     worker = connect()
     worker.execute("BEGIN")
     worker.execute("SELECT alk.enqueue('q', '{}')")  # it holds the slot: asking for the lock answers 'locked'
     with db.transaction():
         assert one(db, "SELECT alk.rotate_jobs(0)") == "too many live jobs"
-        assert not this_backend_locked_the_slot(db)
+        assert not locked(db, f"alk.jobs_{current_slot(db)}", "AccessExclusiveLock")
     worker.commit()
 
 
@@ -302,8 +303,7 @@ def test_concurrent_work_and_rotations_lose_nothing_and_run_nothing_twice(dsn, c
 
 def kept_slot_locked(db: psycopg.Connection) -> bool:
     """Whether this session's transaction has touched alk.jobs_kept at all."""
-    return bool(one(db, "SELECT count(*) > 0 FROM pg_locks WHERE pid = pg_backend_pid()"
-                        " AND relation = 'alk.jobs_kept'::regclass"))
+    return locked(db, "alk.jobs_kept")
 
 
 def test_the_live_job_paths_leave_the_kept_slot_out(db):

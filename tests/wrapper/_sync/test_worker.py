@@ -36,6 +36,7 @@ from pyalk import (
 from pyalk.runtime import Event, Runtime
 from pyalk.worker.state import WorkerState
 from tests.helpers import one, until
+from tests.wrapper._sync.running import in_thread, run_beside
 
 DEADLINE = 30.0
 APP = "pyalk-worker-test"
@@ -46,31 +47,6 @@ def alk(dsn: str) -> Iterator[Alk]:
     # Named, so the test can watch the worker's sessions in pg_stat_activity.
     with Alk(f"{dsn} application_name={APP}") as client:
         yield client
-
-
-def in_thread(fn: Callable[[], Any]) -> threading.Thread:
-    thread = threading.Thread(target=fn, daemon=True)
-    thread.start()
-    return thread
-
-
-def run_beside(worker: Worker, produce: Callable[[], None]) -> None:
-    """Run the worker while ``produce`` runs in a thread; stop it when
-    ``produce`` ends, and raise what ``produce`` raised."""
-    failures: list[BaseException] = []
-
-    def guarded() -> None:
-        try:
-            produce()
-        except BaseException as error:
-            failures.append(error)
-        finally:
-            worker.stop()
-
-    thread = in_thread(guarded)
-    worker.run()
-    thread.join()
-    assert not failures, failures
 
 
 def advertised(db: psycopg.Connection, worker_id: str) -> bool:

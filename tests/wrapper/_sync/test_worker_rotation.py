@@ -6,8 +6,7 @@ it stops."""
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Iterator, Callable
+from collections.abc import Iterator
 
 import psycopg
 import pytest
@@ -15,6 +14,7 @@ import pytest
 from pyalk import Alk, JobHandle
 from pyalk._sync.worker import rotation
 from tests.helpers import one, until
+from tests.wrapper._sync.running import run_beside
 
 JOBS = 10_001  # alk.rotate_jobs' default min_jobs, and one
 
@@ -61,24 +61,14 @@ def moved_in_and_live(alk: Alk, db: psycopg.Connection, jobs: int) -> int:
 def test_a_worker_that_runs_out_of_jobs_leaves_the_slot_rotated(alk, db, dsn):
     rotations = moved_in_and_live(alk, db, 1500)
     worker = alk.worker("q", noop, concurrency=10, handle_signals=False)
-    failures: list[BaseException] = []
 
-    def watch(stop: Callable[[], None]) -> None:
-        try:
-            with psycopg.connect(dsn, autocommit=True) as conn:
-                until(lambda: one(conn, "SELECT rotations FROM alk.job_slots") == rotations + 1,
-                      "a rotation once the worker ran out of jobs, before it stops")
-        except BaseException as error:
-            failures.append(error)
-        finally:
-            stop()
+    def watch() -> None:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            until(lambda: one(conn, "SELECT rotations FROM alk.job_slots") == rotations + 1,
+                  "a rotation once the worker ran out of jobs, before it stops")
 
-    thread = threading.Thread(target=watch, args=(worker.stop,), daemon=True)
-    thread.start()
-    counts = worker.run()
-    thread.join()
-    assert not failures, failures
-    assert counts.acked == 1500
+    run_beside(worker, watch)
+    assert worker.counts.acked == 1500
     assert one(db, "SELECT moved_in FROM alk.job_slots") == 0
 
 
