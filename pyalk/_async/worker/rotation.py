@@ -29,14 +29,11 @@ logger = logging.getLogger("pyalk.worker")
 
 #: Seconds between calls while the worker settles jobs.
 ROTATE_EVERY = 0.1
-#: Seconds to wait after a call that found the slot held ('locked'): each try
-#: that waits for the lock holds up the claims queued behind it for a moment.
-AFTER_LOCKED = 0.5
-#: Seconds to wait after 'too many live jobs': each such answer counted
-#: 20,000 live jobs, and the backlog drains no faster for asking.
-AFTER_BACKLOG = 0.5
-#: Answers that ask for a longer wait before the next call.
-_WAIT_AFTER = {"locked": AFTER_LOCKED, "too many live jobs": AFTER_BACKLOG}
+#: Seconds to wait after a refusal: 'locked' (each try that waits for the
+#: lock holds up the claims queued behind it for a moment) or 'too many live
+#: jobs' (each counted 20,000 of them, and the backlog drains no faster).
+AFTER_REFUSED = 0.5
+_REFUSALS = ("locked", "too many live jobs")
 #: The longest a stopping worker waits for its last call (alk.rotate_jobs
 #: waits at most 100 ms for its lock, then moves at most 20,000 rows).
 LAST_CALL_WITHIN = 2.0
@@ -72,7 +69,8 @@ class AsyncRotator:
             now = self._settled()
             if now != seen:
                 seen = now
-                wait = _WAIT_AFTER.get(await self._rotate() or "", ROTATE_EVERY)
+                if await self._rotate() in _REFUSALS:
+                    wait = AFTER_REFUSED
             await self._closed.wait(wait)
         if not self._given_up and self._settled() != seen:
             await self._rotate()
