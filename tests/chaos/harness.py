@@ -82,9 +82,10 @@ class WorkerProcess:
             self.stderr.close()
 
 
-def enqueue(dsn: str, n: int, seconds: float = 0.0, visibility: int = 2, start: int = 0) -> list[int]:
+def enqueue(dsn: str, n: int, seconds: float = 0.0, visibility: int = 2, start: int = 0,
+            max_attempts: int | None = None) -> list[int]:
     with Alk(dsn) as alk:
-        queue = alk.queue("q", QueueOpts(visibility_timeout_s=visibility))
+        queue = alk.queue("q", QueueOpts(visibility_timeout_s=visibility, max_attempts=max_attempts))
         return queue.enqueue_batch([{"n": i, "s": seconds} for i in range(start, start + n)])
 
 

@@ -70,12 +70,20 @@ def test_sigstop_past_the_lease_then_sigcont_its_late_acks_are_refused(chaos_dsn
     report.update(figures)
 
 
+#: Workers killed, one after another, in test_repeated_kills.
+ROUNDS = 8
+
+
 @pytest.mark.slow
 def test_repeated_kills(chaos_dsn, ledger, spawn, report):
-    ids = enqueue(chaos_dsn, 400, seconds=0.03, visibility=2)
+    # A killed worker's claimed jobs, started or still in its buffer, spent
+    # an attempt each: a job one worker after another claimed and lost may
+    # spend one per kill. With more attempts than kills, none may die; a job
+    # that did would have spent an attempt without a kill.
+    ids = enqueue(chaos_dsn, 400, seconds=0.03, visibility=2, max_attempts=ROUNDS + 1)
     workers = [spawn(chaos_dsn, f"w{i}", "--concurrency", "4") for i in range(3)]
     kills, recoveries = 0, []
-    for round_ in range(8):
+    for round_ in range(ROUNDS):
         done_before = len(read_ledger(ledger))
         until(lambda done_before=done_before: len(read_ledger(ledger)) >= done_before + 15, "progress between kills")
         victim = workers[round_ % 3]
