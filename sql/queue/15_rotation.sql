@@ -5,7 +5,7 @@
 -- After the table: it moves alk.jobs' rows between its partitions; before
 -- enqueue, whose keyed path takes alk._rotation_lock. Landed in
 -- 0031_job_rotation.sql; 0038 counts the jobs a rotation moved in, and the
--- live ones before it takes its lock.
+-- live ones before it takes its lock; 0040 does not wait behind a VACUUM.
 
 -- A claim walks the pending index of every slot from the front, and each
 -- entry a claim or an ack left behind costs it a heap visit until VACUUM
@@ -105,16 +105,19 @@ BEGIN
     -- Every statement on alk.jobs locks every slot it may touch until its
     -- transaction ends, and under load some claim or ack always holds the
     -- slot. Wait for it, briefly (the statements that queue behind our
-    -- request wait as long), and only behind transactions under a second
-    -- old (claims, acks): behind an old one (an enqueue in a long
-    -- transaction, a pg_dump) we would stall everybody for nothing.
+    -- request wait as long), and only behind the row locks of transactions
+    -- under a second old (claims, acks, enqueues): behind an old one (an
+    -- enqueue in a long transaction, a pg_dump) or a VACUUM or ANALYZE of
+    -- the slot (autovacuum's too, which yields only after deadlock_timeout)
+    -- we would stall everybody for nothing. 0040.
     BEGIN
         EXECUTE pg_catalog.format('LOCK TABLE alk.jobs_%s IN ACCESS EXCLUSIVE MODE NOWAIT', cur);
     EXCEPTION WHEN lock_not_available THEN
         IF EXISTS (SELECT FROM pg_catalog.pg_locks l JOIN pg_catalog.pg_stat_activity a ON a.pid = l.pid
                     WHERE l.locktype = 'relation' AND l.database = a.datid AND l.granted
                       AND l.relation = pg_catalog.format('alk.jobs_%s', cur)::regclass
-                      AND a.xact_start < pg_catalog.clock_timestamp() - interval '1 second') THEN
+                      AND (a.xact_start < pg_catalog.clock_timestamp() - interval '1 second'
+                           OR l.mode NOT IN ('AccessShareLock', 'RowShareLock', 'RowExclusiveLock'))) THEN
             RETURN 'locked';
         END IF;
         previous_timeout := pg_catalog.current_setting('lock_timeout');
@@ -150,8 +153,9 @@ COMMENT ON FUNCTION alk.rotate_jobs(bigint) IS
 'them is live): its pending '
 'and processing jobs move to the other slot, its dead and completed jobs to the kept slot, and it is emptied with '
 'TRUNCATE, which gives the space back even while a snapshot holds VACUUM back. Waits at most 100 ms for its lock, '
-'and only behind transactions under a second old: returns '
-'''rotated'', ''not due'', ''locked'' (a transaction that touched the jobs is open, or a rotation runs: try again) '
+'and only behind the claims, acks and enqueues of transactions under a second old (not behind a VACUUM or ANALYZE '
+'of the slot): returns ''rotated'', ''not due'', ''locked'' (a transaction that touched the jobs is open, a VACUUM '
+'of the slot or a rotation runs: try again) '
 'or ''too many live jobs'' (over 20,000 pending and processing: waits for the backlog to drain). Workers call it; '
 'without workers, call it every second or so (pg_cron). '
 'Example: SELECT alk.rotate_jobs();';

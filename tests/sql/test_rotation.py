@@ -127,6 +127,22 @@ def test_an_old_transaction_on_the_jobs_makes_it_return_at_once_and_block_nobody
     assert one(db, "SELECT alk.rotate_jobs(0)") == "rotated"
 
 
+def test_a_vacuum_of_the_slot_makes_it_return_at_once_and_block_nobody(db, connect):
+    # VACUUM and ANALYZE (autovacuum's too) hold SHARE UPDATE EXCLUSIVE on the
+    # slot for as long as they run, and autovacuum yields to a waiting lock
+    # only after deadlock_timeout: a young transaction holding that mode
+    # stands in for them.
+    vacuum = connect()
+    vacuum.execute("BEGIN")
+    vacuum.execute(f"LOCK TABLE alk.jobs_{current_slot(db)} IN SHARE UPDATE EXCLUSIVE MODE")
+    started = time.monotonic()
+    assert one(db, "SELECT alk.rotate_jobs(0)") == "locked"
+    assert time.monotonic() - started < 0.05  # no wait behind it
+    assert one(db, "SELECT alk.enqueue('q', '{}')") > 0  # and nothing waits behind the rotation
+    vacuum.rollback()
+    assert one(db, "SELECT alk.rotate_jobs(0)") == "rotated"
+
+
 def test_a_young_transaction_is_waited_for_briefly(db, connect):
     worker = connect()
     worker.execute("BEGIN")
