@@ -14,7 +14,8 @@
 -- 0025 added snooze; 0026 completed jobs and results (alk._complete); 0028
 -- settling an awaited job releases or buries its waiters (alk._after_sync);
 -- 0032 a settlement that frees a max_running slot wakes idle workers
--- (alk._wake_freed, 40_claim.sql).
+-- (alk._wake_freed, 40_claim.sql); 0041 settle_and_claim wakes no idle
+-- caller.
 
 -- operations on a claimed job -----------------------------------------------
 
@@ -563,17 +564,22 @@ AS $$
     UNION ALL
     -- Then, the claim done: a max_running slot the settlement freed and the
     -- claim left free wakes idle workers (alk._wake_freed, which never
-    -- returns NULL: no row). Only a queue with max_running calls it; the
+    -- returns NULL: no row), if one other than the caller waits: the
+    -- caller's claim, after its settle, took what it asked for (0041: a
+    -- worker under max_running, advertised between claims, woke itself
+    -- after each one). Only a queue with max_running gets that far; the
     -- others pay this branch's probe of alk.limited_queues.
     SELECT (NULL::alk.settle_claim_row).*
       FROM alk.limited_queues l
      WHERE l.queue = $1 AND l.max_running IS NOT NULL AND cardinality($4) > 0
-       AND alk._wake_freed(ARRAY[l.queue]) IS NULL
+       AND CASE WHEN EXISTS (SELECT FROM alk.idle_workers w WHERE w.queue = l.queue AND w.worker_id <> $2)
+                THEN alk._wake_freed(ARRAY[l.queue]) IS NULL ELSE false END
 $$;
 COMMENT ON FUNCTION alk.settle_and_claim(text, text, bigint, bigint[], bigint[], text[], text[], bigint[], jsonb[]) IS
 'One call, one transaction: settle a batch of this queue''s claimed jobs exactly as alk.settle does (results '
 'included), then claim up to '
-'n as alk.claim does (max_running slots the settlement freed and the claim left free wake idle workers). Returns flat rows: first one kind = ''settled'' row per settlement in input order (id, queue, '
+'n as alk.claim does (max_running slots the settlement freed and the claim left free wake the idle workers other '
+'than worker_id). Returns flat rows: first one kind = ''settled'' row per settlement in input order (id, queue, '
 'attempts = the token given, state = ''acked'', ''pending'', ''dead'' or NULL when refused; other columns NULL), then '
 'kind = ''claimed'' rows, whole jobs in claim order. '
 'Example: SELECT kind, id, state, attempts, payload FROM alk.settle_and_claim(''emails'', ''worker-1'', 10, '

@@ -3,8 +3,8 @@
 waits idle (alk.wait_for_jobs, LISTEN on its own connection) is notified when
 an ack, ack_batch, settle, retry, fail, settle_and_claim or cancel frees a
 slot while a due job waits, and is not when the queue has no max_running,
-nothing waits, or settle_and_claim's own claim took the slot. Without an
-idle advert nothing is notified at all."""
+nothing waits, settle_and_claim's own claim took the slot or its caller is
+the only worker idle. Without an idle advert nothing is notified at all."""
 
 from __future__ import annotations
 
@@ -114,6 +114,22 @@ def test_a_slot_that_settle_and_claim_fills_again_wakes_nobody(db, listen):
                       " ARRAY[%(attempt)s]::bigint[])", held).fetchall()
     assert [kind for kind, _ in rows] == ["settled", "claimed"]  # max_running 1: one claimed
     assert listener.heard(db) == []
+
+
+@pytest.mark.parametrize(("idle", "woken"), [("w2", True), ("w1", False)])
+def test_settle_and_claim_wakes_the_other_idle_workers_not_its_caller(db, connect, idle, woken):
+    """A slot stays free after the caller's claim (it asked for one of two),
+    and a due job waits: another idle worker is woken, the caller's own
+    advert is not (its claim, after its settle, took what it asked for)."""
+    limit(db, max_running=2)
+    for _ in range(4):
+        enqueue(db)
+    held = claim(db, 2)
+    listener = Listener(connect(), "q", worker_id=idle)
+    rows = db.execute("SELECT kind FROM alk.settle_and_claim('q', 'w1', 1, %s::bigint[], %s::bigint[])",
+                      [[j["id"] for j in held], [j["attempts"] for j in held]]).fetchall()
+    assert [kind for (kind,) in rows] == ["settled", "settled", "claimed"]
+    assert listener.heard(db) == ([("q", "")] if woken else [])
 
 
 def test_an_idle_worker_of_another_queue_is_not_woken(db, listen):

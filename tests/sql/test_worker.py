@@ -79,8 +79,9 @@ class Listener:
     sentinel queue to prove an absence: notifications are delivered in commit
     order, so one sent before the sentinel's arrives before it."""
 
-    def __init__(self, conn: psycopg.Connection, *queues: str) -> None:
+    def __init__(self, conn: psycopg.Connection, *queues: str, worker_id: str = "listener") -> None:
         self.conn = conn
+        self.worker_id = worker_id
         self.names = {channel_of(q): q for q in (*queues, "sentinel")}
         for channel in self.names:
             conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
@@ -90,7 +91,7 @@ class Listener:
         # Enqueues notify only workers that wait idle (alk.wait_for_jobs),
         # and the enqueue that notifies consumes the advert (0014).
         for queue in self.names.values():
-            self.conn.execute("SELECT alk.wait_for_jobs(%s, 'listener')", [queue])
+            self.conn.execute("SELECT alk.wait_for_jobs(%s, %s)", [queue, self.worker_id])
 
     def heard(self, writer: psycopg.Connection) -> list[tuple[str, str]]:
         """(queue, payload) of every notification committed before now."""
