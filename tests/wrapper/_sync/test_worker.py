@@ -840,3 +840,32 @@ def test_a_worker_on_a_queue_with_max_running_1_runs_one_at_a_time_without_spinn
     # running job's outcome (carried by the next claim), not a timer: a few
     # claims per job, not a poll storm.
     assert len(recorder.claims) <= 3 * 12 + 3, recorder.claims
+
+
+def test_under_max_running_a_short_claim_waits_for_the_runners_not_next_claim_at(alk, db):
+    queue = alk.queue("q")
+    queue.set_limits(max_running=2)
+    queue.enqueue_batch(list(range(20)))
+    asked = 0
+    next_claim_clock = queue.next_claim_clock
+
+    def counted() -> tuple[int | None, int, float]:
+        nonlocal asked
+        asked += 1
+        return next_claim_clock()
+
+    queue.next_claim_clock = counted  # type: ignore[method-assign]  # counts, then asks the server
+
+    def handler(job: JobHandle) -> None:
+        Runtime.yield_now()
+
+    recorder = Recorder()
+    worker = Worker(queue, handler, concurrency=2, burst=True, handle_signals=False, observer=recorder)
+    counts = worker.run()
+    assert (counts.claimed, counts.acked) == (20, 20)
+    # Every claim but the last comes back short (2 of the buffer's want):
+    # each time both runners hold a job or their outcomes wait, and their
+    # wake-up brings the next claim, which carries the outcomes and so frees
+    # the slots. Only the burst's end (nothing held) asks when a job is next.
+    assert len(recorder.claims) >= 10, recorder.claims
+    assert asked <= 2, (asked, recorder.claims)
