@@ -117,9 +117,10 @@ class Alk:
     # job storage (docs/design.md, "Job storage") --------------------------------
 
     def rotate_jobs(self, min_jobs: int | None = None, *, conn: Connection | None = None) -> str:
-        """``alk.rotate_jobs``: empty the current slot of the job storage once it
-        has taken ``min_jobs`` jobs (None: the server's default); 'rotated',
-        'not due', 'locked' or 'too many live jobs'. Workers call it as they go."""
+        """``alk.rotate_jobs``: empty the current slot of the job storage once
+        ``min_jobs`` of its jobs are settled and no more are live than settled
+        (None: the server's default; 0: now); 'rotated', 'not due', 'locked'
+        or 'too many live jobs'. Workers call it as they go."""
         return rotate_jobs(self.executor, min_jobs, conn=conn)
 
     # scheduler (docs/schedule.md): compositions of ``self.schedules`` --------

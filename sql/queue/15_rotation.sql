@@ -5,7 +5,8 @@
 -- After the table: it moves alk.jobs' rows between its partitions; before
 -- enqueue, whose keyed path takes alk._rotation_lock. Landed in
 -- 0031_job_rotation.sql; 0038 counts the jobs a rotation moved in, and the
--- live ones before it takes its lock; 0040 does not wait behind a VACUUM.
+-- live ones before it takes its lock; 0040 does not wait behind a VACUUM;
+-- 0042 moves live jobs only with as many settled ones.
 
 -- A claim walks the pending index of every slot from the front, and each
 -- entry a claim or an ack left behind costs it a heap visit until VACUUM
@@ -16,12 +17,17 @@
 -- When is a rotation due? The slot holds an entry for every job it took
 -- since the last rotation (new ids) and for every live job that rotation
 -- moved in; settled, each is an entry a claim walks past. It is due once
--- min_jobs ids were taken, or once min_jobs of those entries are settled,
--- or a tenth of that when no job in the slot is live (the rotation then
--- moves nothing). After a burst drains no new id comes, and without the
--- last two rules the next burst would start on the settled entries of the
--- jobs the last rotation moved in (under a held snapshot nothing else
--- clears them).
+-- min_jobs of those entries are settled and no more of them are live than
+-- settled, or once a tenth of min_jobs are settled and none is live (the
+-- rotation then moves nothing); min_jobs 0 asks for one now. A rotation
+-- moves the live jobs under the slot's lock (about 2 ms per 1,000, every
+-- claim and settle waiting), so it waits until it clears at least as many
+-- entries as it moves: until 0042 it was also due once min_jobs ids were
+-- taken, and a burst of 20,000 had its 19,000 live jobs moved at its first
+-- settle (73 ms), then moved again. After a burst drains no new id comes,
+-- and without the drained rule the next burst would start on the settled
+-- entries of the jobs the last rotation moved in (under a held snapshot
+-- nothing else clears them).
 
 -- The advisory lock key a rotation takes exclusively and a keyed enqueue or
 -- requeue_dead shares: a live keyed job is then always in the current slot,
@@ -99,7 +105,8 @@ BEGIN
     IF live > max_live THEN
         RETURN 'too many live jobs';
     END IF;
-    IF taken < min_jobs AND taken + moved - live < (CASE WHEN live = 0 THEN drained_min ELSE min_jobs END) THEN
+    IF min_jobs > 0
+       AND taken + moved - live < (CASE WHEN live = 0 THEN drained_min ELSE greatest(min_jobs, live) END) THEN
         RETURN 'not due';
     END IF;
     -- Every statement on alk.jobs locks every slot it may touch until its
@@ -148,9 +155,9 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION alk.rotate_jobs(bigint) IS
-'Rotate the job storage once the current slot has taken min_jobs jobs (ids) since the last rotation, or once '
-'min_jobs of the jobs it took or the last rotation moved into it are settled (a tenth of min_jobs once none of '
-'them is live): its pending '
+'Rotate the job storage once min_jobs of the jobs the current slot took since the last rotation, or that the last '
+'rotation moved into it, are settled and no more of them are live than settled (a tenth of min_jobs once none of '
+'them is live; min_jobs 0: now): its pending '
 'and processing jobs move to the other slot, its dead and completed jobs to the kept slot, and it is emptied with '
 'TRUNCATE, which gives the space back even while a snapshot holds VACUUM back. Waits at most 100 ms for its lock, '
 'and only behind the claims, acks and enqueues of transactions under a second old (not behind a VACUUM or ANALYZE '

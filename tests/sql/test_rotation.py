@@ -95,12 +95,35 @@ def test_a_rotation_gives_the_space_back_while_a_snapshot_is_held(db, connect):
     holder.rollback()
 
 
-def test_not_due_until_the_slot_took_min_jobs(db):
+def test_not_due_until_min_jobs_of_the_slot_are_settled(db):
     db.execute("SELECT alk.enqueue_batch('q', array_fill('{}'::jsonb, ARRAY[10]))")
-    assert one(db, "SELECT alk.rotate_jobs(1000)") == "not due"
-    assert one(db, "SELECT alk.rotate_jobs(10)") == "rotated"
+    assert one(db, "SELECT alk.rotate_jobs(5)") == "not due"  # ten taken, none settled
+    settle(db, 4)
+    assert one(db, "SELECT alk.rotate_jobs(5)") == "not due"
+    settle(db, 1)
+    assert one(db, "SELECT alk.rotate_jobs(5)") == "rotated"  # five settled, five live
+    assert one(db, "SELECT moved_in FROM alk.job_slots") == 5
     assert one(db, "SELECT alk.rotate_jobs(1)") == "not due"  # counted from the rotation on
     assert one(db, "SELECT rotations FROM alk.job_slots") == 1
+
+
+def test_no_more_live_jobs_are_moved_than_settled_ones_cleared(db):
+    # A burst's live jobs move under the slot's lock, every claim and settle
+    # waiting: a rotation moves them only with as many settled entries.
+    db.execute("SELECT alk.enqueue_batch('q', array_fill('{}'::jsonb, ARRAY[30]))")
+    settle(db, 10)
+    assert one(db, "SELECT alk.rotate_jobs(10)") == "not due"  # 10 settled, 20 live
+    settle(db, 4)
+    assert one(db, "SELECT alk.rotate_jobs(10)") == "not due"  # 14 settled, 16 live
+    settle(db, 1)
+    assert one(db, "SELECT alk.rotate_jobs(10)") == "rotated"  # 15 and 15
+    assert one(db, "SELECT moved_in FROM alk.job_slots") == 15
+
+
+def test_min_jobs_0_rotates_now(db):
+    db.execute("SELECT alk.enqueue_batch('q', array_fill('{}'::jsonb, ARRAY[10]))")
+    assert one(db, "SELECT alk.rotate_jobs(0)") == "rotated"  # all ten live
+    assert one(db, "SELECT moved_in FROM alk.job_slots") == 10
 
 
 @pytest.mark.parametrize("bad", [-1, None])
@@ -212,8 +235,10 @@ def test_the_jobs_a_rotation_moved_in_count_once_settled(db):
     settle(db, 99)
     assert one(db, "SELECT alk.rotate_jobs(100)") == "not due"
     settle(db, 1)
+    assert one(db, "SELECT alk.rotate_jobs(100)") == "not due"  # 100 settled, but 200 live
+    settle(db, 50)
     assert one(db, "SELECT alk.rotate_jobs(100)") == "rotated"
-    assert one(db, "SELECT moved_in FROM alk.job_slots") == 200
+    assert one(db, "SELECT moved_in FROM alk.job_slots") == 150
 
 
 def test_a_drained_slot_is_due_at_a_tenth_of_min_jobs(db):

@@ -1,7 +1,7 @@
 """The worker's share of the job storage's rotation (sql/queue/15_rotation.sql,
 docs/design.md, "Job storage"): while it settles jobs, it calls
 alk.rotate_jobs every :data:`ROTATE_EVERY` seconds, which empties the current
-slot once it has taken enough jobs or enough of them are settled, and once
+slot once enough of its jobs are settled (and no more are live), and once
 more as it stops if it settled jobs since. Any worker of any queue may be the
 one that rotates; each call costs one round trip and, when not due, at most a
 count of the slot's live jobs.
