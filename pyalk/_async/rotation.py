@@ -1,7 +1,7 @@
 """The rotation of job storage (sql/queue/15_rotation.sql, docs/design.md,
 "Job storage"): ``rotate_jobs`` calls alk.rotate_jobs, which empties the
-current slot of alk.jobs with TRUNCATE once it has taken enough jobs, and
-never waits for a lock. pyalk's worker calls it as it goes
+current slot of alk.jobs with TRUNCATE once enough of its jobs are settled,
+and waits at most 100 ms for its lock. pyalk's worker calls it as it goes
 (pyalk/_async/worker/rotation.py); anything else may.
 """
 

@@ -163,14 +163,19 @@ class AsyncClaimLoop:
     def _woken_by_runners(self) -> bool:
         """Whether a wake-up brings the next claim before a job could start
         here: one is already in (a runner found the buffer empty, or a
-        NOTIFY), every runner holds a job (the first to finish finds the
-        buffer empty and asks), or the buffer is empty and outcomes wait to
-        be carried (their runner asks). A short claim then needs no
+        NOTIFY); every runner holds a job or has one buffered for it (the
+        runner that empties a drained buffer asks); or the buffer is empty
+        and outcomes wait that no flush has taken (their runner asks, and
+        the claim carries them). A short claim then needs no
         alk.next_claim_at first: under max_running every claim comes back
         short, and the next one, carrying the outcomes, frees the slots the
-        last one lacked (a statement and a round trip saved per claim)."""
-        return (self._wake.is_set() or all(self._holding)
-                or (not self._buffer.jobs and len(self._settler) > 0))
+        last one lacked (a statement and a round trip saved per claim).
+        Outcomes a flush has taken do not count: their runner asked before
+        the flush, and no wake-up follows it."""
+        holding = self._holding
+        jobs = len(self._buffer.jobs)
+        return (self._wake.is_set() or sum(holding) + jobs >= len(holding)
+                or (not jobs and self._settler.waiting() > 0))
 
     def _quiet(self) -> bool:
         """Whether no job is buffered, in a runner's hands, waiting for release

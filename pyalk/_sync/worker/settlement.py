@@ -90,6 +90,10 @@ class SettlementBatcher:
         """Outcomes not yet settled: pending, or in a flush under way."""
         return len(self._pending) + self._sending
 
+    def waiting(self) -> int:
+        """Outcomes no flush has taken yet: a claim may still carry them."""
+        return len(self._pending)
+
     def add(self, outcome: Outcome) -> None:
         """Queue one outcome for the next flush (safe from any thread)."""
         with self._lock:
