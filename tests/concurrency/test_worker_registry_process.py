@@ -102,7 +102,20 @@ class WorkerProcess:
         raise AssertionError(f"the worker never logged {fragment!r}; it logged:\n{''.join(self.log)}")
 
     def finish(self) -> tuple[int, str]:
-        out, _ = self.proc.communicate(timeout=DEADLINE)
+        """Wait for the exit; the exit code and stdout. Whatever stderr said
+        after the last awaited line joins ``log`` (an exit code 1 is a
+        one-line error there), from the reader or from communicate()."""
+        out, err = self.proc.communicate(timeout=DEADLINE)
+        while True:
+            try:
+                line = self.lines.get(timeout=DEADLINE)
+            except queue.Empty:
+                break
+            if line is None:
+                break
+            self.log.append(line)
+        if err:
+            self.log.append(err)
         return self.proc.returncode, out
 
     def kill(self) -> None:
