@@ -158,7 +158,11 @@ $$;
 COMMENT ON FUNCTION alk._due_pending(text, bigint) IS
 'internal: whether the queue has a due pending job with nothing left to wait for';
 
-CREATE FUNCTION alk._wake_freed(queues text[])
+-- caller: the worker whose settle_and_claim settles, whose claim came
+-- next in the same call; its own advert wakes nobody (0041, then 0043 here:
+-- a worker under max_running, advertised between its short claims, woke
+-- itself after each one).
+CREATE FUNCTION alk._wake_freed(queues text[], caller text DEFAULT NULL)
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -171,14 +175,15 @@ BEGIN
     -- Nobody sleeps (a busy system): nothing to wake, one probe. A statement
     -- of its own: inside the one below the planner ran the costlier tests
     -- first.
-    IF NOT EXISTS (SELECT FROM alk.idle_workers w WHERE queues IS NULL OR w.queue = ANY (queues)) THEN
+    IF NOT EXISTS (SELECT FROM alk.idle_workers w WHERE (queues IS NULL OR w.queue = ANY (queues))
+                                                    AND w.worker_id IS DISTINCT FROM caller) THEN
         RETURN false;
     END IF;
     FOR q IN
         SELECT l.queue FROM alk.limited_queues l
          WHERE l.max_running IS NOT NULL AND (queues IS NULL OR l.queue = ANY (queues))
            -- Someone sleeps, a slot is free, and a due job waits for it.
-           AND EXISTS (SELECT FROM alk.idle_workers w WHERE w.queue = l.queue)
+           AND EXISTS (SELECT FROM alk.idle_workers w WHERE w.queue = l.queue AND w.worker_id IS DISTINCT FROM caller)
            AND (SELECT count(*) FROM (SELECT FROM alk.jobs j
                                        WHERE j.slot <> 2 AND j.queue = l.queue AND j.state = 'processing'
                                          AND j.claim_expires_at >= clock LIMIT l.max_running) r) < l.max_running
@@ -190,9 +195,9 @@ BEGIN
     RETURN woke;
 END
 $$;
-COMMENT ON FUNCTION alk._wake_freed(text[]) IS
+COMMENT ON FUNCTION alk._wake_freed(text[], text) IS
 'internal: after a settle of jobs of these queues (NULL: any), wake the idle workers of each that has max_running, '
-'a free slot and a due job; true when one was woken';
+'a free slot and a due job, unless the only idle one is caller (settle_and_claim''s worker); true when one was woken';
 
 -- claim ---------------------------------------------------------------------
 

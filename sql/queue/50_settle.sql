@@ -15,7 +15,7 @@
 -- settling an awaited job releases or buries its waiters (alk._after_sync);
 -- 0032 a settlement that frees a max_running slot wakes idle workers
 -- (alk._wake_freed, 40_claim.sql); 0041 settle_and_claim wakes no idle
--- caller.
+-- caller (0043: alk._wake_freed's caller).
 
 -- operations on a claimed job -----------------------------------------------
 
@@ -563,17 +563,14 @@ AS $$
     SELECT 'claimed'::text, c.* FROM alk._claim(alk._name_ok('queue', $1, false), $2, $3) c
     UNION ALL
     -- Then, the claim done: a max_running slot the settlement freed and the
-    -- claim left free wakes idle workers (alk._wake_freed, which never
-    -- returns NULL: no row), if one other than the caller waits: the
-    -- caller's claim, after its settle, took what it asked for (0041: a
-    -- worker under max_running, advertised between claims, woke itself
-    -- after each one). Only a queue with max_running gets that far; the
-    -- others pay this branch's probe of alk.limited_queues.
+    -- claim left free wakes idle workers other than the caller, which claims
+    -- again by itself (alk._wake_freed, which never returns NULL: no row).
+    -- Only a queue with max_running calls it; the others pay this branch's
+    -- probe of alk.limited_queues.
     SELECT (NULL::alk.settle_claim_row).*
       FROM alk.limited_queues l
      WHERE l.queue = $1 AND l.max_running IS NOT NULL AND cardinality($4) > 0
-       AND CASE WHEN EXISTS (SELECT FROM alk.idle_workers w WHERE w.queue = l.queue AND w.worker_id <> $2)
-                THEN alk._wake_freed(ARRAY[l.queue]) IS NULL ELSE false END
+       AND alk._wake_freed(ARRAY[l.queue], $2) IS NULL
 $$;
 COMMENT ON FUNCTION alk.settle_and_claim(text, text, bigint, bigint[], bigint[], text[], text[], bigint[], jsonb[]) IS
 'One call, one transaction: settle a batch of this queue''s claimed jobs exactly as alk.settle does (results '
