@@ -57,9 +57,9 @@ CREATE TYPE alk.job AS (
 );
 COMMENT ON TYPE alk.job IS 'A job as every queue function returns it: the resolved row, never the enqueuer''s raw options.';
 
--- Which rotating slot takes new jobs, and where the last rotation found the
--- id sequence (how many jobs the current slot has taken since). One row,
--- written once per rotation only.
+-- Which rotating slot takes new jobs, where the last rotation found the id
+-- sequence (how many jobs the current slot has taken since), and the slot a
+-- rotation still empties. One row, written by rotations only.
 CREATE TABLE alk.job_slots (
     only_row boolean NOT NULL DEFAULT true,
     current_slot bigint NOT NULL DEFAULT 0,
@@ -72,7 +72,11 @@ CREATE TABLE alk.job_slots (
     moved_in bigint NOT NULL DEFAULT 0,
     CONSTRAINT job_slots_pkey PRIMARY KEY (only_row),
     CONSTRAINT job_slots_one_row CHECK (only_row),
-    CONSTRAINT job_slots_rotating CHECK (current_slot IN (0, 1))
+    CONSTRAINT job_slots_rotating CHECK (current_slot IN (0, 1)),
+    -- The slot a rotation still empties, a step at a time, after new jobs
+    -- went to the other one (0044); NULL: none.
+    draining_slot bigint,
+    CONSTRAINT job_slots_draining_other CHECK (draining_slot IS NULL OR draining_slot = 1 - current_slot)
 );
 COMMENT ON TABLE alk.job_slots IS
 'The slot of alk.jobs that takes new jobs, and the last rotation. Private: use alk.rotate_jobs.';

@@ -6,7 +6,8 @@
 -- enqueue, whose keyed path takes alk._rotation_lock. Landed in
 -- 0031_job_rotation.sql; 0038 counts the jobs a rotation moved in, and the
 -- live ones before it takes its lock; 0040 does not wait behind a VACUUM;
--- 0042 moves live jobs only with as many settled ones.
+-- 0042 moves live jobs only with as many settled ones; 0044 empties a slot
+-- in steps, so a backlog over 20,000 rotates too.
 
 -- A claim walks the pending index of every slot from the front, and each
 -- entry a claim or an ack left behind costs it a heap visit until VACUUM
@@ -28,6 +29,14 @@
 -- and without the drained rule the next burst would start on the settled
 -- entries of the jobs the last rotation moved in (under a held snapshot
 -- nothing else clears them).
+--
+-- How does it move them? New jobs go to the other slot at once (with the
+-- live jobs that hold a dedup key), and the rest leave the old slot at most
+-- step_rows a call, each call under the slot's lock; the call that finds it
+-- empty TRUNCATEs it. Until 0044 it moved everything in one call and so
+-- refused slots of over 20,000 live jobs, and a backlog that stayed above
+-- that was never rotated: under a held snapshot its claims walked ever more
+-- settled entries, as the single table's did.
 
 -- The advisory lock key a rotation takes exclusively and a keyed enqueue or
 -- requeue_dead shares: a live keyed job is then always in the current slot,
@@ -59,28 +68,78 @@ $$;
 COMMENT ON FUNCTION alk._slot_live(bigint, bigint) IS
 'internal: the live jobs in one rotating slot of alk.jobs, counted up to at_most';
 
-CREATE FUNCTION alk.rotate_jobs(min_jobs bigint DEFAULT 10000)
-RETURNS text
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+-- Lock one rotating slot ACCESS EXCLUSIVE for the rest of the transaction,
+-- or say false. Every statement on alk.jobs locks every slot it may touch
+-- until its transaction ends, and under load some claim or ack always holds
+-- the slot. Wait for it, briefly (the statements that queue behind our
+-- request wait as long), and only behind the row locks of transactions
+-- under a second old (claims, acks, enqueues): behind an old one (an
+-- enqueue in a long transaction, a pg_dump) or a VACUUM or ANALYZE of the
+-- slot (autovacuum's too, which yields only after deadlock_timeout) we
+-- would stall everybody for nothing (0040).
+CREATE FUNCTION alk._lock_slot(slot bigint, max_wait_ms bigint)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    -- More live rows than this and the rotation waits for the backlog to
-    -- drain: moving them holds every claim, ack and enqueue of the slot
-    -- (about 2 ms per 1,000 rows, measured).
-    max_live constant bigint := 20000;
+    previous_timeout text;
+BEGIN
+    BEGIN
+        EXECUTE pg_catalog.format('LOCK TABLE alk.jobs_%s IN ACCESS EXCLUSIVE MODE NOWAIT', slot);
+        RETURN true;
+    EXCEPTION WHEN lock_not_available THEN
+        IF EXISTS (SELECT FROM pg_catalog.pg_locks l JOIN pg_catalog.pg_stat_activity a ON a.pid = l.pid
+                    WHERE l.locktype = 'relation' AND l.database = a.datid AND l.granted
+                      AND l.relation = pg_catalog.format('alk.jobs_%s', slot)::regclass
+                      AND (a.xact_start < pg_catalog.clock_timestamp() - interval '1 second'
+                           OR l.mode NOT IN ('AccessShareLock', 'RowShareLock', 'RowExclusiveLock'))) THEN
+            RETURN false;
+        END IF;
+    END;
+    previous_timeout := pg_catalog.current_setting('lock_timeout');
+    PERFORM pg_catalog.set_config('lock_timeout', max_wait_ms::text, true);
+    BEGIN
+        EXECUTE pg_catalog.format('LOCK TABLE alk.jobs_%s IN ACCESS EXCLUSIVE MODE', slot);
+    EXCEPTION WHEN lock_not_available THEN
+        PERFORM pg_catalog.set_config('lock_timeout', previous_timeout, true);
+        RETURN false;
+    END;
+    PERFORM pg_catalog.set_config('lock_timeout', previous_timeout, true);
+    RETURN true;
+END
+$$;
+COMMENT ON FUNCTION alk._lock_slot(bigint, bigint) IS
+'internal: lock a rotating slot of alk.jobs ACCESS EXCLUSIVE, waiting at most max_wait_ms and only behind young '
+'claims, acks and enqueues; false when not taken';
+
+-- The rotation, its bounds as arguments (alk.rotate_jobs passes the
+-- documented ones; tests pass small ones). step_rows: the most rows one call
+-- moves under the slot's lock (about 2 ms per 1,000, every claim and settle
+-- of the slot waiting). max_live: the most live jobs a count reads (100,000
+-- cost about 10 ms); above it the slot waits for its backlog. Until 0044 a slot with more than 20,000 live jobs never rotated,
+-- and a backlog that stayed above it decayed as the single table did.
+CREATE FUNCTION alk._rotate_jobs(min_jobs bigint, step_rows bigint, max_live bigint)
+RETURNS text
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
     -- The longest a rotation waits for its lock, and so holds up the claims
     -- and acks queued behind it.
-    max_wait_s constant double precision := 0.1;
-    previous_timeout text;
+    max_wait_ms constant bigint := 100;
     since bigint;
     moved bigint;
     last_id bigint;
     taken bigint;
     cur bigint;
-    nxt bigint;
+    draining bigint;
     live bigint;
     drained_min bigint;
+    bound bigint;
+    keyed bigint := 0;
+    step_moved bigint;
+    step_live bigint;
 BEGIN
     IF min_jobs IS NULL OR min_jobs < 0 THEN
         PERFORM alk._raise('LK002', 'min_jobs must be >= 0, got ' || coalesce(min_jobs::text, 'NULL'));
@@ -91,78 +150,106 @@ BEGIN
     IF NOT pg_catalog.pg_try_advisory_xact_lock(alk._rotation_lock()) THEN
         RETURN 'locked';
     END IF;
-    SELECT s.current_slot, s.rotated_at_id, s.moved_in INTO cur, since, moved FROM alk.job_slots s;
-    last_id := coalesce(pg_catalog.pg_sequence_last_value('alk.jobs_id_seq'), 0);
-    taken := last_id - since;
-    IF taken + moved < drained_min THEN
-        RETURN 'not due';  -- not even with every entry settled: nothing to count
-    END IF;
-    nxt := 1 - cur;
-    -- Counted before the lock, which it may spare everybody: a backlog too
-    -- big to move, or moved jobs still live, hold nobody up to say so. The
-    -- count under the lock below is the one the move goes by.
-    live := alk._slot_live(cur, max_live + 1);
-    IF live > max_live THEN
-        RETURN 'too many live jobs';
-    END IF;
-    IF min_jobs > 0
-       AND taken + moved - live < (CASE WHEN live = 0 THEN drained_min ELSE greatest(min_jobs, live) END) THEN
-        RETURN 'not due';
-    END IF;
-    -- Every statement on alk.jobs locks every slot it may touch until its
-    -- transaction ends, and under load some claim or ack always holds the
-    -- slot. Wait for it, briefly (the statements that queue behind our
-    -- request wait as long), and only behind the row locks of transactions
-    -- under a second old (claims, acks, enqueues): behind an old one (an
-    -- enqueue in a long transaction, a pg_dump) or a VACUUM or ANALYZE of
-    -- the slot (autovacuum's too, which yields only after deadlock_timeout)
-    -- we would stall everybody for nothing. 0040.
-    BEGIN
-        EXECUTE pg_catalog.format('LOCK TABLE alk.jobs_%s IN ACCESS EXCLUSIVE MODE NOWAIT', cur);
-    EXCEPTION WHEN lock_not_available THEN
-        IF EXISTS (SELECT FROM pg_catalog.pg_locks l JOIN pg_catalog.pg_stat_activity a ON a.pid = l.pid
-                    WHERE l.locktype = 'relation' AND l.database = a.datid AND l.granted
-                      AND l.relation = pg_catalog.format('alk.jobs_%s', cur)::regclass
-                      AND (a.xact_start < pg_catalog.clock_timestamp() - interval '1 second'
-                           OR l.mode NOT IN ('AccessShareLock', 'RowShareLock', 'RowExclusiveLock'))) THEN
+    SELECT s.current_slot, s.rotated_at_id, s.moved_in, s.draining_slot INTO cur, since, moved, draining
+      FROM alk.job_slots s;
+    IF draining IS NULL THEN
+        last_id := coalesce(pg_catalog.pg_sequence_last_value('alk.jobs_id_seq'), 0);
+        taken := last_id - since;
+        IF taken + moved < drained_min THEN
+            RETURN 'not due';  -- not even with every entry settled: nothing to count
+        END IF;
+        -- Due once min_jobs entries are settled and no more are live than
+        -- settled, and with over step_rows live, once twice as many are
+        -- settled as live: a burst's moves then start late, where 0043's
+        -- did (a burst of 100,000 moved 50,000, 25,000 and 12,500 at an
+        -- even split, 3.6% of its run), while a backlog that never drains
+        -- still rotates (at four times, its claims decayed to 0.44 of the
+        -- first run before it did). So it is due exactly when at most bound
+        -- jobs are live: the count stops at bound + 1, and the pass over
+        -- the slot it costs is before the lock, which it may spare
+        -- everybody. A backlog over step_rows not yet due says so ('too
+        -- many live jobs': the caller waits longer before the next count).
+        IF min_jobs = 0 THEN
+            bound := max_live;
+        ELSE
+            bound := (taken + moved) / 2;
+            IF bound > step_rows THEN
+                bound := greatest(step_rows, (taken + moved) / 3);
+            END IF;
+            bound := least(max_live, greatest(least(taken + moved - min_jobs, bound), 0));
+        END IF;
+        live := alk._slot_live(cur, bound + 1);
+        IF live > bound THEN
+            RETURN CASE WHEN live > step_rows THEN 'too many live jobs' ELSE 'not due' END;
+        END IF;
+        -- The keyed ones move at once (below), so more than step_rows of them
+        -- wait for their backlog.
+        EXECUTE pg_catalog.format(
+            'SELECT count(*) FROM (SELECT FROM alk.jobs_%s j WHERE j.dedup_key IS NOT NULL'
+            ' AND j.state IN (''pending'', ''processing'') LIMIT %s) k', cur, step_rows + 1) INTO keyed;
+        IF keyed > step_rows THEN
+            RETURN 'too many live jobs';
+        END IF;
+        -- Jobs enqueued while it waits for the lock move too.
+        IF NOT alk._lock_slot(cur, max_wait_ms) THEN
             RETURN 'locked';
         END IF;
-        previous_timeout := pg_catalog.current_setting('lock_timeout');
-        PERFORM pg_catalog.set_config('lock_timeout', (max_wait_s * 1000)::int::text, true);
-        BEGIN
-            EXECUTE pg_catalog.format('LOCK TABLE alk.jobs_%s IN ACCESS EXCLUSIVE MODE', cur);
-        EXCEPTION WHEN lock_not_available THEN
-            PERFORM pg_catalog.set_config('lock_timeout', previous_timeout, true);
-            RETURN 'locked';
-        END;
-        PERFORM pg_catalog.set_config('lock_timeout', previous_timeout, true);
-    END;
-    live := alk._slot_live(cur, max_live + 1);
-    IF live > max_live THEN
-        RETURN 'too many live jobs';
+        -- New jobs go to the other slot from here on, and the live jobs with
+        -- a dedup key go there now: a keyed enqueue must find its key's live
+        -- holder in the slot it inserts into (jobs_dedup is unique per slot).
+        -- Through the parent, so each row moves whole (id, attempts, lease
+        -- and all: every token stays valid). Whoever waited for our lock
+        -- takes its snapshot after it, and finds the rows where they went.
+        EXECUTE pg_catalog.format(
+            'WITH m AS (UPDATE alk.jobs SET slot = %s WHERE slot = %s AND dedup_key IS NOT NULL'
+            ' AND state IN (''pending'', ''processing'') RETURNING 1) SELECT count(*) FROM m', 1 - cur, cur)
+           INTO keyed;
+        UPDATE alk.job_slots s
+           SET current_slot = 1 - cur, draining_slot = cur, rotated_at_id = last_id, rotated_at = alk.now(),
+               rotations = s.rotations + 1, moved_in = keyed;
+        draining := cur;
+    ELSIF NOT alk._lock_slot(draining, max_wait_ms) THEN
+        RETURN 'locked';
     END IF;
-    -- Through the parent, so the row moves whole (id, attempts, lease and
-    -- all: every token stays valid). Whoever waited for our lock takes its
-    -- snapshot after it, and finds the rows where they went.
+    -- A step: up to step_rows of the draining slot's rows move, the live
+    -- ones to the current slot (counted there as moved in), the dead and
+    -- completed ones to the kept slot. Fewer than step_rows found: none is
+    -- left (nobody else can write the slot while we hold its lock), and
+    -- TRUNCATE gives its space back.
     EXECUTE pg_catalog.format(
-        'UPDATE alk.jobs SET slot = CASE WHEN state IN (''pending'', ''processing'') THEN %s ELSE 2 END WHERE slot = %s',
-        nxt, cur);
-    EXECUTE pg_catalog.format('TRUNCATE alk.jobs_%s', cur);
-    UPDATE alk.job_slots s
-       SET current_slot = nxt, rotated_at_id = last_id, rotated_at = alk.now(), rotations = s.rotations + 1,
-           moved_in = live;
-    RETURN 'rotated';
+        'WITH m AS (UPDATE alk.jobs SET slot = CASE WHEN state IN (''pending'', ''processing'') THEN %1$s ELSE 2 END'
+        ' WHERE slot = %2$s AND ctid = ANY (ARRAY(SELECT ctid FROM alk.jobs_%2$s LIMIT %3$s)) RETURNING slot)'
+        ' SELECT count(*), count(*) FILTER (WHERE slot <> 2) FROM m', 1 - draining, draining, step_rows)
+       INTO step_moved, step_live;
+    IF step_moved < step_rows THEN
+        EXECUTE pg_catalog.format('TRUNCATE alk.jobs_%s', draining);
+        UPDATE alk.job_slots s SET draining_slot = NULL, moved_in = s.moved_in + step_live;
+        RETURN 'rotated';
+    END IF;
+    UPDATE alk.job_slots s SET moved_in = s.moved_in + step_live;
+    RETURN 'moving';
 END
+$$;
+COMMENT ON FUNCTION alk._rotate_jobs(bigint, bigint, bigint) IS
+'internal: alk.rotate_jobs with its bounds: step_rows moved per call, max_live live jobs counted at most';
+
+CREATE FUNCTION alk.rotate_jobs(min_jobs bigint DEFAULT 10000)
+RETURNS text
+LANGUAGE sql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT alk._rotate_jobs($1, 20000, 100000)
 $$;
 COMMENT ON FUNCTION alk.rotate_jobs(bigint) IS
 'Rotate the job storage once min_jobs of the jobs the current slot took since the last rotation, or that the last '
-'rotation moved into it, are settled and no more of them are live than settled (a tenth of min_jobs once none of '
-'them is live; min_jobs 0: now): its pending '
-'and processing jobs move to the other slot, its dead and completed jobs to the kept slot, and it is emptied with '
-'TRUNCATE, which gives the space back even while a snapshot holds VACUUM back. Waits at most 100 ms for its lock, '
-'and only behind the claims, acks and enqueues of transactions under a second old (not behind a VACUUM or ANALYZE '
-'of the slot): returns ''rotated'', ''not due'', ''locked'' (a transaction that touched the jobs is open, a VACUUM '
-'of the slot or a rotation runs: try again) '
-'or ''too many live jobs'' (over 20,000 pending and processing: waits for the backlog to drain). Workers call it; '
-'without workers, call it every second or so (pg_cron). '
+'rotation moved into it, are settled and no more of them are live than settled, or half as many with over 20,000 '
+'live (a tenth of min_jobs once none of them is live; min_jobs 0: now): new jobs go to the other slot from then on, the slot''s pending and processing jobs '
+'move there and its dead and completed jobs to the kept slot, at most 20,000 rows a call, and once none is left it '
+'is emptied with TRUNCATE, which gives the space back even while a snapshot holds VACUUM back. Waits at most 100 ms '
+'for its lock, and only behind the claims, acks and enqueues of transactions under a second old (not behind a '
+'VACUUM or ANALYZE of the slot): returns ''rotated'' (the slot is emptied), ''moving'' (20,000 rows moved and more '
+'are left: call again), ''not due'', ''locked'' (a transaction that touched the jobs is open, a VACUUM of the slot '
+'or a rotation runs: try again) or ''too many live jobs'' (over 20,000 pending and processing jobs and not due '
+'yet, over 100,000, or over 20,000 with a dedup key: try again later; counting them took a pass over the slot). '
+'Workers call it; without workers, call it every second or so (pg_cron). '
 'Example: SELECT alk.rotate_jobs();';

@@ -217,12 +217,122 @@ def test_requeued_dead_jobs_come_back_to_the_current_slot_and_run(db):
     assert one(db, "SELECT id FROM alk.claim('q', 'w', 1)") == dead
 
 
-def test_too_many_live_jobs_wait_for_the_backlog(db):
+def test_a_backlog_over_a_step_is_moved_in_steps(db):
+    # 0044: until then a slot of over 20,000 live jobs never rotated.
     db.execute("SELECT alk.enqueue_batch('q', array_fill('{}'::jsonb, ARRAY[20001]))")
-    assert one(db, "SELECT alk.rotate_jobs(0)") == "too many live jobs"
-    settle(db, 2)
+    old = current_slot(db)
+    assert one(db, "SELECT alk.rotate_jobs(0)") == "moving"
+    assert current_slot(db) == 1 - old  # new jobs go to the other slot at once
+    assert one(db, "SELECT draining_slot FROM alk.job_slots") == old
+    assert one(db, f"SELECT count(*) FROM alk.jobs_{old}") == 1
     assert one(db, "SELECT alk.rotate_jobs(0)") == "rotated"
-    assert one(db, "SELECT count(*) FROM alk.jobs") == 19999
+    assert one(db, "SELECT draining_slot FROM alk.job_slots") is None
+    assert one(db, f"SELECT count(*) FROM alk.jobs_{1 - old}") == 20001
+    assert one(db, "SELECT moved_in FROM alk.job_slots") == 20001
+    assert one(db, "SELECT rotations FROM alk.job_slots") == 1
+
+
+def rotate_in_steps(db: psycopg.Connection, min_jobs: int = 0, step: int = 4, max_live: int = 1000) -> str:
+    """alk.rotate_jobs with small bounds (alk._rotate_jobs): a step of at
+    most ``step`` rows, counts of at most ``max_live`` live jobs."""
+    return str(one(db, "SELECT alk._rotate_jobs(%s, %s, %s)", min_jobs, step, max_live))
+
+
+def test_while_a_slot_is_emptied_in_steps_every_job_and_token_holds(db):
+    db.execute("SELECT alk.set_queue_retention('kept', 3600)")
+    dead = one(db, "SELECT alk.enqueue('q', '{}', max_attempts => 1, priority => 9)")
+    assert one(db, "SELECT id FROM alk.claim('q', 'w', 1)") == dead
+    assert one(db, "SELECT alk.fail(%s, 'w', 1, 'boom', queue => 'q')", dead) is True
+    done = one(db, "SELECT alk.enqueue('kept', '{}')")
+    one(db, "SELECT id FROM alk.claim('kept', 'w', 1)")
+    assert one(db, "SELECT alk.ack(%s, 'w', 1, 'kept')", done) is True
+    keyed = one(db, "SELECT alk.enqueue('q', '{}', dedup_key => 'k')")
+    db.execute("SELECT alk.enqueue_batch('q', array_fill('{}'::jsonb, ARRAY[10]))")
+    running, token = db.execute("SELECT id, attempts FROM alk.claim('q', 'w', 1)").fetchone() or (None, None)
+    before = rows(db)
+    old = current_slot(db)
+
+    assert rotate_in_steps(db) == "moving"
+
+    assert rows(db) == before  # every job as it was, wherever it sits
+    assert slot_of(db, keyed) == 1 - old  # a key's live holder is where keyed enqueues look
+    assert one(db, "SELECT alk.enqueue('q', '{}', dedup_key => 'k')") == keyed
+    fresh = one(db, "SELECT alk.enqueue('q', '{}')")
+    assert slot_of(db, fresh) == 1 - old
+    # Jobs still in the slot being emptied are claimed, acked and requeued as ever.
+    assert one(db, "SELECT alk.heartbeat(%s, 'w', %s, queue => 'q')", running, token + 1) is False
+    assert one(db, "SELECT alk.heartbeat(%s, 'w', %s, queue => 'q')", running, token) is True
+    assert one(db, "SELECT alk.requeue_dead('q', ARRAY[%s::bigint])", dead) == 1
+    assert slot_of(db, dead) == 1 - old
+    steps = 1
+    while (answer := rotate_in_steps(db)) == "moving":
+        steps += 1
+    assert answer == "rotated" and steps >= 3
+    assert one(db, f"SELECT count(*) FROM alk.jobs_{old}") == 0
+    assert slot_of(db, done) == 2
+    assert one(db, "SELECT alk.ack(%s, 'w', %s, 'q')", running, token) is True
+    claimed = {r[0] for r in db.execute("SELECT id FROM alk.claim('q', 'w', 100)")}
+    assert claimed == {j[0] for j in before if j[1] == 'q' and j[2] == 'pending'} | {fresh, dead}
+    assert one(db, "SELECT rotations FROM alk.job_slots") == 1
+
+
+def test_a_slot_emptied_in_steps_gives_the_space_back_while_a_snapshot_is_held(db, connect):
+    holder = connect()
+    holder.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+    holder.execute("SELECT 1")
+    slot = current_slot(db)
+    empty = slot_pages(db, slot)
+    db.execute("SELECT alk.enqueue_batch('q', array_fill('{}'::jsonb, ARRAY[6000]))")
+    settle(db, 4000)
+    db.execute("VACUUM alk.jobs")  # can remove nothing: the holder's snapshot is older
+    assert slot_pages(db, slot) > 10 * empty
+    answers = [rotate_in_steps(db, min_jobs=1000, step=1000, max_live=5000)]
+    while answers[-1] == "moving":
+        answers.append(rotate_in_steps(db, min_jobs=1000, step=1000, max_live=5000))
+    assert answers == ["moving", "moving", "rotated"]  # 2,000 live jobs, 1,000 a step
+    assert slot_pages(db, slot) <= 2 * empty
+    holder.rollback()
+
+
+def test_above_a_step_twice_as_many_settled_as_live_are_needed(db):
+    # A burst's live jobs move only late, as they did before steps (0044).
+    db.execute("SELECT alk.enqueue_batch('q', array_fill('{}'::jsonb, ARRAY[30]))")
+    settle(db, 19)
+    assert rotate_in_steps(db, min_jobs=1) == "too many live jobs"  # 11 live over a step of 4: 19 < 22
+    settle(db, 1)
+    assert rotate_in_steps(db, min_jobs=1) == "moving"  # 10 live, 20 settled
+    assert rotate_in_steps(db, min_jobs=1) == "moving"
+    assert rotate_in_steps(db, min_jobs=1) == "rotated"
+    assert one(db, "SELECT moved_in FROM alk.job_slots") == 10
+    # Within a step, no more live than settled is enough.
+    settle(db, 4)
+    assert rotate_in_steps(db, min_jobs=1, step=10) == "not due"  # 6 live, 4 settled
+    settle(db, 1)
+    assert rotate_in_steps(db, min_jobs=1, step=10) == "rotated"  # 5 and 5
+
+
+def test_a_backlog_not_yet_due_or_too_big_to_count_answers_without_the_lock(db, connect):
+    db.execute("SELECT alk.enqueue_batch('q', array_fill('{}'::jsonb, ARRAY[30]))")
+    settle(db, 10)
+    worker = connect()
+    worker.execute("BEGIN")
+    worker.execute("SELECT alk.enqueue('q', '{}')")  # it holds the slot: asking for the lock answers 'locked'
+    with db.transaction():
+        # 20 live, 10 settled: not due; over a step of 4, so said as a backlog.
+        assert rotate_in_steps(db, min_jobs=5) == "too many live jobs"
+        assert rotate_in_steps(db, min_jobs=5, step=50) == "not due"
+        assert rotate_in_steps(db, min_jobs=0, max_live=15) == "too many live jobs"  # over max_live: not counted
+        assert rotate_in_steps(db, min_jobs=0, max_live=25) == "locked"  # due: it asked for the lock
+        assert not locked(db, f"alk.jobs_{current_slot(db)}", "AccessExclusiveLock")
+    worker.commit()
+
+
+def test_more_keyed_live_jobs_than_a_step_wait_for_their_backlog(db):
+    db.execute("SELECT alk.enqueue_batch('q', array_fill('{}'::jsonb, ARRAY[5]),"
+               " dedup_keys => ARRAY['a', 'b', 'c', 'd', 'e'])")
+    assert rotate_in_steps(db) == "too many live jobs"  # five keyed jobs would move at once
+    settle(db, 1)
+    assert rotate_in_steps(db) == "rotated"
 
 
 def test_the_jobs_a_rotation_moved_in_count_once_settled(db):
@@ -252,23 +362,19 @@ def test_a_drained_slot_is_due_at_a_tenth_of_min_jobs(db):
     assert one(db, "SELECT alk.rotate_jobs(1)") == "not due"  # an empty slot took nothing since
 
 
-def test_a_backlog_or_live_moved_jobs_answer_without_the_lock(db, connect):
+def test_live_moved_jobs_answer_without_the_lock(db):
     db.execute("SELECT alk.enqueue_batch('q', array_fill('{}'::jsonb, ARRAY[500]))")
     assert one(db, "SELECT alk.rotate_jobs(0)") == "rotated"
     with db.transaction():
         assert one(db, "SELECT alk.rotate_jobs(100)") == "not due"  # 500 moved in, all live
         assert not locked(db, f"alk.jobs_{current_slot(db)}", "AccessExclusiveLock")
-    db.execute("SELECT alk.enqueue_batch('q', array_fill('{}'::jsonb, ARRAY[20001]))")
-    worker = connect()
-    worker.execute("BEGIN")
-    worker.execute("SELECT alk.enqueue('q', '{}')")  # it holds the slot: asking for the lock answers 'locked'
-    with db.transaction():
-        assert one(db, "SELECT alk.rotate_jobs(0)") == "too many live jobs"
-        assert not locked(db, f"alk.jobs_{current_slot(db)}", "AccessExclusiveLock")
-    worker.commit()
 
 
-def test_concurrent_work_and_rotations_lose_nothing_and_run_nothing_twice(dsn, connect):
+@pytest.mark.parametrize("rotation", [
+    "SELECT alk.rotate_jobs(0)",
+    "SELECT alk._rotate_jobs(0, 7, 100000)",  # slots emptied 7 rows a call
+], ids=["whole", "in_steps"])
+def test_concurrent_work_and_rotations_lose_nothing_and_run_nothing_twice(dsn, connect, rotation):
     """Producers, claimers that ack, retry or let leases lapse, and a rotator,
     all at once on real connections: every job ends acked exactly once per
     valid claim, and no token is ever honoured twice."""
@@ -316,7 +422,7 @@ def test_concurrent_work_and_rotations_lose_nothing_and_run_nothing_twice(dsn, c
 
     def rotate(conn: psycopg.Connection) -> None:
         while not stop.is_set():
-            rotations.append(one(conn, "SELECT alk.rotate_jobs(0)"))
+            rotations.append(one(conn, rotation))
 
     producers = [threading.Thread(target=guarded(produce)) for _ in range(2)]
     others = [threading.Thread(target=guarded(work)) for _ in range(3)] + [threading.Thread(target=guarded(rotate))]
@@ -339,6 +445,8 @@ def test_concurrent_work_and_rotations_lose_nothing_and_run_nothing_twice(dsn, c
     assert all(times == 1 for _, times in acked)
     assert one(setup, "SELECT count(*) FROM alk.jobs") == 0
     assert rotations.count("rotated") >= 3, rotations[-20:]
+    if "_rotate_jobs" in rotation:
+        assert "moving" in rotations, rotations[-20:]
 
 
 def kept_slot_locked(db: psycopg.Connection) -> bool:
