@@ -118,8 +118,9 @@ class AsyncAlk:
     async def rotate_jobs(self, min_jobs: int | None = None, *, conn: AsyncConnection | None = None) -> str:
         """``alk.rotate_jobs``: empty the current slot of the job storage once
         ``min_jobs`` of its jobs are settled and no more are live than settled
-        (None: the server's default; 0: now); 'rotated', 'not due', 'locked'
-        or 'too many live jobs'. Workers call it as they go."""
+        (None: the server's default; 0: now), 20,000 rows a call; 'rotated',
+        'moving' (more rows are left: call again), 'not due', 'locked' or
+        'too many live jobs'. Workers call it as they go."""
         return await rotate_jobs(self.executor, min_jobs, conn=conn)
 
     # scheduler (docs/schedule.md): compositions of ``self.schedules`` --------

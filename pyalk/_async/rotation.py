@@ -22,9 +22,11 @@ _ROTATE_AFTER = "SELECT alk.rotate_jobs(min_jobs => %(min_jobs)s::bigint)"
 
 async def rotate_jobs(executor: AsyncExecutor, min_jobs: int | None = None, *,
                       conn: AsyncConnection | None = None) -> str:
-    """``alk.rotate_jobs``: 'rotated', 'not due', 'locked' or 'too many live
-    jobs'. ``min_jobs``: the current slot's jobs that must be settled, with
-    no more of them live than settled (None: the server's default; 0: now)."""
+    """``alk.rotate_jobs``: 'rotated', 'moving' (a step of at most 20,000
+    rows moved, more are left: call again), 'not due', 'locked' or 'too many
+    live jobs'. ``min_jobs``: the current slot's jobs that must be settled,
+    with no more of them live than settled (None: the server's default; 0:
+    now)."""
     if min_jobs is None:
         return str(await executor.value(_ROTATE, {}, conn=conn))
     return str(await executor.value(_ROTATE_AFTER, {"min_jobs": _codec.bigint(min_jobs, "min_jobs")}, conn=conn))

@@ -2,8 +2,8 @@
 """The worker's share of the job storage's rotation (sql/queue/15_rotation.sql,
 docs/design.md, "Job storage"): while it settles jobs, it calls
 alk.rotate_jobs every :data:`ROTATE_EVERY` seconds, which empties the current
-slot once enough of its jobs are settled (and no more are live), and once
-more as it stops if it settled jobs since. Any worker of any queue may be the
+slot once enough of its jobs are settled (and no more are live), 20,000 rows
+a call, and once more as it stops if it settled jobs since. Any worker of any queue may be the
 one that rotates; each call costs one round trip and, when not due, at most a
 count of the slot's live jobs.
 
@@ -32,9 +32,11 @@ logger = logging.getLogger("pyalk.worker")
 ROTATE_EVERY = 0.1
 #: Seconds to wait after a refusal: 'locked' (each try that waits for the
 #: lock holds up the claims queued behind it for a moment) or 'too many live
-#: jobs' (each counted 20,000 of them, and the backlog drains no faster).
+#: jobs' (each counted over 20,000 of them, and the backlog settles no faster).
 AFTER_REFUSED = 0.5
 _REFUSALS = ("locked", "too many live jobs")
+#: The answer of a call that moved a step of a slot's rows and left more.
+MOVING = "moving"
 #: The longest a stopping worker waits for its last call (alk.rotate_jobs
 #: waits at most 100 ms for its lock, then moves at most 20,000 rows).
 LAST_CALL_WITHIN = 2.0
@@ -65,12 +67,18 @@ class Rotator:
         (The count grows as settles commit, so a call always follows the
         last of them.)"""
         seen = self._settled()
+        moving = False
         while not self._closed.is_set() and not self._given_up:
             wait = ROTATE_EVERY
             now = self._settled()
-            if now != seen:
+            # A rotation that emptied its slot only in part goes on at the
+            # next tick, settles or not: the slot's space comes back only
+            # once it is empty.
+            if now != seen or moving:
                 seen = now
-                if self._rotate() in _REFUSALS:
+                answer = self._rotate()
+                moving = answer == MOVING
+                if answer in _REFUSALS:
                     wait = AFTER_REFUSED
             self._closed.wait(wait)
         if not self._given_up and self._settled() != seen:

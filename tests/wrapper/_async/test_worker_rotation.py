@@ -1,7 +1,7 @@
 """The worker rotates the job storage as it settles (pyalk/_async/worker/rotation.py):
-a burst over more jobs than a rotation waits for ends with the slot rotated, and
-a worker that runs out of jobs leaves the slot rotated, before it stops and as
-it stops."""
+a burst over more jobs than a rotation waits for ends with the slot rotated, a
+worker that runs out of jobs leaves the slot rotated, before it stops and as
+it stops, and a slot emptied in steps is finished without more settles."""
 
 from __future__ import annotations
 
@@ -79,3 +79,22 @@ async def test_a_stopping_worker_makes_a_last_call(alk, db, monkeypatch):
     assert counts.acked == 1500
     assert one(db, "SELECT rotations FROM alk.job_slots") == rotations + 1
     assert one(db, "SELECT moved_in FROM alk.job_slots") == 0
+
+
+async def test_a_worker_goes_on_emptying_a_slot_without_settling_more(alk, db, dsn):
+    # 40,001 jobs of another queue: the first call moves 20,000 of them, the
+    # worker's one settle makes it call again (20,000 more), and only its
+    # own ticks, with nothing more settled, finish the slot.
+    await alk.queue("elsewhere").enqueue_batch([{}] * 40_001)
+    assert await alk.rotate_jobs(min_jobs=0) == "moving"
+    await alk.queue("q").enqueue({})
+    worker = alk.worker("q", noop, concurrency=1, handle_signals=False)
+
+    def watch() -> None:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            until(lambda: one(conn, "SELECT draining_slot IS NULL FROM alk.job_slots"),
+                  "the slot emptied while the worker waits for jobs")
+
+    await run_beside(worker, watch)
+    assert worker.counts.acked == 1
+    assert one(db, "SELECT count(*) FROM alk.jobs") == 40_001
