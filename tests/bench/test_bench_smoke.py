@@ -257,6 +257,24 @@ def test_the_soak_rows_run_in_quick_mode(bench_ctx: Context, tmp_path: Path, mon
     assert text.index("## 2. End to end") < text.index("(`soak.churn`")
 
 
+def test_the_backlog_soak_runs_in_quick_mode(bench_ctx: Context, monkeypatch: pytest.MonkeyPatch) -> None:
+    """soak.backlog: the held soak with 3,000 jobs scheduled a day ahead,
+    which stay live (and unrun) through both runs of each system."""
+    monkeypatch.delenv(rows_soak.SOAK_ENV, raising=False)
+    bench_ctx.peers_dir = os.environ.get("ALK_BENCH_NODE_MODULES")
+    (result,) = _run(bench_ctx, "soak.backlog")
+    assert result.status == "ok", result.notes
+    assert result.extra["backlog"] == rows_soak.BACKLOG["quick"]
+    assert any(note.startswith("Backlog: 3,000 jobs due a day ahead") for note in result.notes)
+    ours = result.records[0]
+    assert ours["status"] == "ok" and len(ours["runs jobs/s"].split(", ")) == 2
+    # the backlog is in the 'empty' size: the job tables hold its 3,000 rows before run 1
+    assert ours["queue MiB empty"] > 0.3
+    label = next(label for label, kind in report.TARGETS if kind == "soak_backlog")
+    judged = next(t for t in report.targets([result]) if t["target"] == label)
+    assert judged["measured"].startswith("pyalk worst/best ")
+
+
 def test_the_ops_rows_run_in_quick_mode(bench_ctx: Context) -> None:
     """Both issue 27 rows: with and without the beating registry, retention off and on, interleaved."""
     registry, retention = _run(bench_ctx, "ops.registry_cost", "ops.retention_cost")
