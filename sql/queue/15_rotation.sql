@@ -7,7 +7,8 @@
 -- 0031_job_rotation.sql; 0038 counts the jobs a rotation moved in, and the
 -- live ones before it takes its lock; 0040 does not wait behind a VACUUM;
 -- 0042 moves live jobs only with as many settled ones; 0044 empties a slot
--- in steps, so a backlog over 20,000 rotates too.
+-- in steps, so a backlog over 20,000 rotates too; 0045 counts its keyed
+-- jobs with alk._slot_live.
 
 -- A claim walks the pending index of every slot from the front, and each
 -- entry a claim or an ack left behind costs it a heap visit until VACUUM
@@ -50,8 +51,9 @@ COMMENT ON FUNCTION alk._rotation_lock() IS
 'internal: the advisory lock key alk.rotate_jobs takes and keyed enqueues share';
 
 -- The live (pending, processing) jobs in one rotating slot, counted up to
--- at most: the rotation only needs to know whether there are more.
-CREATE FUNCTION alk._slot_live(slot bigint, at_most bigint)
+-- at most: the rotation only needs to know whether there are more. keyed:
+-- only those that hold a dedup key (a rotation moves them at once; 0045).
+CREATE FUNCTION alk._slot_live(slot bigint, at_most bigint, keyed boolean DEFAULT false)
 RETURNS bigint
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -60,13 +62,13 @@ DECLARE
     live bigint;
 BEGIN
     EXECUTE pg_catalog.format(
-        'SELECT count(*) FROM (SELECT FROM alk.jobs_%s j WHERE j.state IN (''pending'', ''processing'') LIMIT %s) l',
-        slot, at_most) INTO live;
+        'SELECT count(*) FROM (SELECT FROM alk.jobs_%s j WHERE j.state IN (''pending'', ''processing'')%s LIMIT %s) l',
+        slot, CASE WHEN keyed THEN ' AND j.dedup_key IS NOT NULL' ELSE '' END, at_most) INTO live;
     RETURN live;
 END
 $$;
-COMMENT ON FUNCTION alk._slot_live(bigint, bigint) IS
-'internal: the live jobs in one rotating slot of alk.jobs, counted up to at_most';
+COMMENT ON FUNCTION alk._slot_live(bigint, bigint, boolean) IS
+'internal: the live jobs in one rotating slot of alk.jobs (keyed: only those with a dedup key), counted up to at_most';
 
 -- Lock one rotating slot ACCESS EXCLUSIVE for the rest of the transaction,
 -- or say false. Every statement on alk.jobs locks every slot it may touch
@@ -184,9 +186,7 @@ BEGIN
         END IF;
         -- The keyed ones move at once (below), so more than step_rows of them
         -- wait for their backlog.
-        EXECUTE pg_catalog.format(
-            'SELECT count(*) FROM (SELECT FROM alk.jobs_%s j WHERE j.dedup_key IS NOT NULL'
-            ' AND j.state IN (''pending'', ''processing'') LIMIT %s) k', cur, step_rows + 1) INTO keyed;
+        keyed := alk._slot_live(cur, step_rows + 1, keyed => true);
         IF keyed > step_rows THEN
             RETURN 'too many live jobs';
         END IF;
