@@ -56,7 +56,8 @@ AS $$
     SELECT pg_catalog.hashtext($1 || E'\x1f' || $2)
 $$;
 COMMENT ON FUNCTION alk._group_lock(text, text) IS
-'internal: the second key of a serial group''s advisory lock (the first is 1634495335, ''alkg'')';
+'internal: the second key of a serial group''s advisory locks (the first is 1634495335, ''alkg'', for its turns, '
+'1634495331, ''alkc'', for its claims)';
 
 -- The group's turns (see the top of this file), for a room of `room` jobs:
 -- per priority, parked or not, the first `room` by (run_at, id). Priorities

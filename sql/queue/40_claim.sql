@@ -11,8 +11,9 @@
 -- 0002_queue.sql (claim) and 0007_worker.sql (next_claim_at); changed by 0009,
 -- 0016, 0026 (alk.job's new columns), 0028 (after: a waiting job is not in
 -- jobs_claim_pending, whose predicate every pending read below repeats),
--- 0029 (queue limits, serial groups) and 0032 (a freed max_running slot
--- wakes idle workers: alk._wake_freed).
+-- 0029 (queue limits, serial groups), 0032 (a freed max_running slot
+-- wakes idle workers: alk._wake_freed) and 0046 (a serial group's claim
+-- lock: alk._group_claimable).
 
 -- limits --------------------------------------------------------------------
 
@@ -20,10 +21,14 @@
 -- when the group's processing jobs (any lease: a lapsed one is claimed again
 -- before its group moves on) plus the group's due pending jobs ahead of it in
 -- claim order are fewer than per_group. With per_group = 1 only the group's
--- first due job is claimable, and only while none of the group runs: two
--- concurrent claims cannot both take one (the second sees the first's row
--- still pending, ahead, and skips its own). per_group > 1 needs the queue's
--- claim lock (alk._claim_budget), which every queue with a limits row takes.
+-- first due job is claimable, and only while none of the group runs. It
+-- reads the claim's snapshot, which is not enough when claims run at once:
+-- a job of the group can become visible ahead of one a concurrent claim
+-- holds uncommitted (ids are drawn at insert but committed in any order;
+-- requeue_dead and release put a job back ahead), and the second claim then
+-- takes it. So the claim asks again, under a lock, with a fresher read: the
+-- queue's claim lock where the queue has a limits row (alk._claim_budget),
+-- else the group's (alk._group_claimable).
 -- Each count stops at per_group entries; CASE runs the second only if needed.
 -- A job still waiting on its after jobs (35_after.sql) is not ahead: it is
 -- not claimable, and counting it would let it hold its group back, even
@@ -54,6 +59,69 @@ AS $$
 $$;
 COMMENT ON FUNCTION alk._group_has_room(text, text, bigint, bigint, bigint, bigint, bigint) IS
 'internal: whether a due pending job of a serial group may be claimed now (the group has room for it)';
+
+-- The same rule for a grouped job whose lease lapsed: it is claimed again
+-- while fewer than per_group others of its group hold a valid lease or
+-- lapsed before it (in id order). Pending jobs of the group wait for it.
+CREATE FUNCTION alk._group_has_room_lapsed(queue text, group_key text, id bigint, clock bigint, per_group bigint)
+RETURNS boolean
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT (SELECT count(*) FROM (SELECT FROM alk.jobs k
+                                   WHERE k.slot <> 2 AND k.queue = $1 AND k.group_key = $2 AND k.state = 'processing'
+                                     AND k.id <> $3 AND (k.claim_expires_at >= $4 OR k.id < $3)
+                                   LIMIT $5) o) < $5
+$$;
+COMMENT ON FUNCTION alk._group_has_room_lapsed(text, text, bigint, bigint, bigint) IS
+'internal: whether a serial group''s processing job whose lease lapsed may be claimed again now';
+
+-- A claim of a queue without a limits row has no claim lock of its own, so
+-- of the grouped jobs it locked (ids; their group keys in keys) it keeps
+-- only those whose group it can lock and that still have room by a read
+-- taken after the lock. The group's claim lock (first key 1634495331,
+-- 'alkc'; the second alk._group_lock's) is held to commit, and only tried:
+-- a claim that finds it held passes the group over (another claim of the
+-- group is open, so it is busy or about to be), so claims never wait for
+-- each other nor deadlock. Returns the ids it refuses; the caller leaves
+-- them pending (locked until it commits). Under REPEATABLE READ the read
+-- would not be fresh: LK002, as for a queue with limits. Jobs without a
+-- group never get here.
+CREATE FUNCTION alk._group_claimable(queue text, ids bigint[], keys text[], clock bigint, per_group bigint)
+RETURNS bigint[]
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
+AS $$
+#variable_conflict use_variable
+DECLARE
+    g text;
+    busy text[] := '{}';
+    refused bigint[];
+BEGIN
+    IF pg_catalog.current_setting('transaction_isolation') <> 'read committed' THEN
+        PERFORM alk._raise('LK002', 'a claim that takes a job of a serial group (group_key) must run under READ '
+            || 'COMMITTED isolation, got ' || pg_catalog.current_setting('transaction_isolation'));
+    END IF;
+    FOR g IN SELECT DISTINCT k.key FROM unnest(keys) AS k(key) LOOP
+        IF NOT pg_catalog.pg_try_advisory_xact_lock(1634495331, alk._group_lock(queue, g)) THEN
+            busy := busy || g;
+        END IF;
+    END LOOP;
+    -- A statement after the locks: a snapshot that sees every claim of
+    -- these groups committed before them.
+    SELECT array_agg(j.id) INTO refused FROM alk.jobs j
+     WHERE j.slot <> 2 AND j.id = ANY (ids) AND j.queue = queue
+       AND (j.group_key = ANY (busy)
+            OR NOT CASE WHEN j.state = 'pending'
+                        THEN alk._group_has_room(queue, j.group_key, j.priority, j.run_at, j.id, clock, per_group)
+                        ELSE alk._group_has_room_lapsed(queue, j.group_key, j.id, clock, per_group) END);
+    RETURN refused;
+END
+$$;
+COMMENT ON FUNCTION alk._group_claimable(text, bigint[], text[], bigint, bigint) IS
+'internal: of the grouped jobs a claim without the queue''s claim lock locked, those it must leave: the group''s claim '
+'lock (advisory, held to commit) is held by another claim, or a fresh read finds the group full';
 
 -- How many of wanted a claim of a queue with a limits row may take now. The
 -- caller holds the queue's claim lock (its limits row, locked by alk._claim),
@@ -224,6 +292,9 @@ DECLARE
     lim alk.limited_queues;
     per_group bigint := 1;
     granted bigint;
+    grouped bigint[];
+    keys text[];
+    refused bigint[];
 BEGIN
     -- An extent: n <= 0 (or NULL) claims nothing.
     IF wanted IS NULL OR wanted <= 0 THEN
@@ -264,10 +335,10 @@ BEGIN
                      ORDER BY j.priority DESC LIMIT 1)
               FROM priorities p WHERE p.priority IS NOT NULL
         ), due AS (
-            SELECT d.id, d.priority, d.run_at, d.dead
+            SELECT d.id, d.priority, d.run_at, d.dead, d.group_key
               FROM priorities p
              CROSS JOIN LATERAL (
-                SELECT j.id, j.priority, j.run_at,
+                SELECT j.id, j.priority, j.run_at, j.group_key,
                        (j.attempts - j.attempts_refunded >= j.max_attempts
                         OR coalesce(j.expires_at <= clock, false)) AS dead
                   FROM alk.jobs j
@@ -284,22 +355,20 @@ BEGIN
         ), lapsed AS (
             SELECT j.id, j.priority, j.run_at,
                    (j.attempts - j.attempts_refunded >= j.max_attempts
-                    OR coalesce(j.expires_at <= clock, false)) AS dead
+                    OR coalesce(j.expires_at <= clock, false)) AS dead,
+                   j.group_key
               FROM alk.jobs j
              WHERE j.slot <> 2 AND j.queue = _claim.queue AND j.state = 'processing' AND j.claim_expires_at < clock
-               -- Serial groups: fewer than per_group others of the group
-               -- hold a lease or lapsed before it (in id order).
                AND (j.group_key IS NULL
-                    OR (SELECT count(*) FROM (SELECT FROM alk.jobs k
-                         WHERE k.slot <> 2 AND k.queue = _claim.queue AND k.group_key = j.group_key AND k.state = 'processing'
-                           AND k.id <> j.id AND (k.claim_expires_at >= clock OR k.id < j.id)
-                         LIMIT per_group) o) < per_group)
+                    OR alk._group_has_room_lapsed(_claim.queue, j.group_key, j.id, clock, per_group))
              ORDER BY j.priority DESC, j.run_at, j.id
              LIMIT wanted
                FOR UPDATE SKIP LOCKED
         )
-        SELECT array_agg(c.id) FILTER (WHERE NOT c.dead), array_agg(c.id) FILTER (WHERE c.dead)
-          INTO live, dead
+        SELECT array_agg(c.id) FILTER (WHERE NOT c.dead), array_agg(c.id) FILTER (WHERE c.dead),
+               array_agg(c.id) FILTER (WHERE NOT c.dead AND c.group_key IS NOT NULL),
+               array_agg(c.group_key) FILTER (WHERE NOT c.dead AND c.group_key IS NOT NULL)
+          INTO live, dead, grouped, keys
           FROM (SELECT * FROM due UNION ALL SELECT * FROM lapsed
                 ORDER BY priority DESC, run_at, id LIMIT wanted) c
          -- A paused queue claims nothing: one primary-key probe of a tiny
@@ -321,6 +390,15 @@ BEGIN
             -- Jobs enqueued after these die with them (35_after.sql).
             IF awaited IS NOT NULL THEN
                 PERFORM alk._after_sync(awaited);
+            END IF;
+        END IF;
+
+        -- Serial groups, asked again under a lock (alk._group_has_room): a
+        -- queue with limits holds its claim lock already.
+        IF grouped IS NOT NULL AND lim.queue IS NULL THEN
+            refused := alk._group_claimable(_claim.queue, grouped, keys, clock, per_group);
+            IF refused IS NOT NULL THEN
+                SELECT array_agg(l.id) INTO live FROM unnest(live) AS l(id) WHERE l.id <> ALL (refused);
             END IF;
         END IF;
 

@@ -34,6 +34,14 @@ def ack(db: psycopg.Connection, job_id: int, attempt: int = 1, worker: str = "w1
     return one(db, "SELECT alk.ack(%s, %s, %s)", job_id, worker, attempt)
 
 
+def open_on_the_clock(connect) -> psycopg.Connection:
+    """A connection in its own transaction (not autocommit) on the pinned clock."""
+    conn = connect(autocommit=False)
+    pin_clock(conn, NOW)
+    conn.commit()
+    return conn
+
+
 def test_a_busy_groups_next_jobs_are_parked_and_the_claim_takes_what_is_free(clocked):
     heads = [enqueue(clocked, group_key=f"g{i}") for i in range(50)]
     assert parked(clocked) == []  # every group's first job is its turn
@@ -159,9 +167,7 @@ def test_a_rotation_moves_parked_jobs_as_they_are(clocked):
 def test_an_enqueue_under_repeatable_read_parks_nothing_and_the_claim_rule_still_holds(clocked, connect):
     head = enqueue(clocked, group_key="g")
     assert ids(claim(clocked, 10)) == [head]
-    conn = connect(autocommit=False)
-    pin_clock(conn, NOW)
-    conn.commit()
+    conn = open_on_the_clock(connect)
     conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
     nxt = enqueue(conn, group_key="g")
     conn.commit()
@@ -274,3 +280,49 @@ def test_a_settle_that_retries_or_fails_a_grouped_job_gives_its_group_its_turns_
     # pending again and parked at commit, which takes g's lock once more.
     assert groups_turned(clocked) - before == (3 if outcome == "retry" else 2)
     assert nxt not in parked(clocked)
+
+
+def test_a_job_committed_late_ahead_of_a_claimed_one_waits_for_its_group(clocked, connect):
+    # Ids are drawn at insert, visibility comes at commit: `ahead` is first
+    # in claim order but commits after `behind`, which one claimer takes
+    # before `ahead` is visible. A second claimer then sees `ahead` first
+    # and `behind` still pending behind it: the group is busy all the same.
+    early, late, first, second = (open_on_the_clock(connect) for _ in range(4))
+    ahead = enqueue(early, group_key="g")
+    behind = enqueue(late, group_key="g")
+    late.commit()
+    assert ids(claim(first, 10)) == [behind]  # open: its claim is not committed
+    early.commit()
+    assert claim(second, 10) == []
+    second.commit()
+    first.commit()
+    assert claim(clocked, 10) == []  # committed: behind is running
+    assert ack(clocked, behind) is True
+    assert ids(claim(clocked, 10)) == [ahead]
+
+
+def test_a_job_requeued_ahead_of_a_claimed_one_waits_for_its_group(clocked, connect):
+    # The same race through requeue_dead: a dead job of the group comes back
+    # pending, ahead of one a claimer holds uncommitted.
+    old = enqueue(clocked, group_key="g", max_attempts=1)
+    assert ids(claim(clocked, 10)) == [old]
+    assert one(clocked, "SELECT alk.fail(%s, 'w1', 1, 'no')", old) is True
+    nxt = enqueue(clocked, group_key="g")
+    first, second = open_on_the_clock(connect), open_on_the_clock(connect)
+    assert ids(claim(first, 10)) == [nxt]
+    assert one(clocked, "SELECT alk.requeue_dead('q', ARRAY[%s]::bigint[])", old) == 1
+    assert claim(second, 10) == []
+    second.commit()
+    first.commit()
+
+
+def test_a_claim_that_takes_a_grouped_job_needs_read_committed(clocked, connect):
+    enqueue(clocked, group_key="g")
+    conn = open_on_the_clock(connect)
+    conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+    with pytest.raises(psycopg.Error) as caught:
+        claim(conn, 1)
+    assert caught.value.sqlstate == "LK002"
+    assert "READ COMMITTED" in str(caught.value)
+    conn.rollback()
+    assert one(clocked, "SELECT count(*) FROM alk.jobs WHERE state = 'processing'") == 0
