@@ -11,10 +11,12 @@ scripts, generated from ``sql/`` (never a second copy kept by hand).
 * Every script keeps ``alk.alembic_version`` at the extension's version, so
   ``alk.schema_info()`` and pyalk's compatibility check read what they read on
   a plain install. The row is not dump data (``pg_extension_config_dump``): a
-  restore re-runs the script, which writes it; so is alk.job_slots' one row.
-  The tables holding jobs, events,
+  restore re-runs the script, which writes it. The tables holding jobs, events,
   locks and schedules are: every script marks each new table and sequence of
   the extension, found in the catalog, so later versions' tables need no list.
+  alk.job_slots too, once it has the trigger by which the restored row replaces
+  the one the script wrote (0047): the jobs come back in their slots, so the
+  slots must come back with them.
 * ``CREATE EXTENSION`` makes schema ``alk`` itself (``schema = alk``); the
   scripts' ``CREATE SCHEMA IF NOT EXISTS alk`` would then fail (PostgreSQL lets an
   extension script skip only objects the extension owns), so the generator
@@ -75,9 +77,9 @@ trusted = false
 """
 
 # Marks the extension's new tables and sequences as dump data (pg_dump skips an
-# extension's tables otherwise), except the one-row tables the scripts write: the
-# version table, and alk.job_slots (a restore starts a fresh rotation; the jobs
-# keep their slots).
+# extension's tables otherwise), except the version table, which the scripts
+# write, and alk.job_slots before 0047: its one row, also written by the script,
+# is dump data only once its trigger lets the restored copy replace it.
 _CONFIG_DUMP = f"""\
 DO $pyalk$
 DECLARE member regclass;
@@ -89,7 +91,10 @@ BEGIN
         JOIN pg_catalog.pg_class c ON c.oid = d.objid
         WHERE d.refclassid = 'pg_catalog.pg_extension'::pg_catalog.regclass AND d.deptype = 'e'
           AND d.classid = 'pg_catalog.pg_class'::pg_catalog.regclass AND e.extname = '{NAME}'
-          AND c.relkind IN ('r', 'p', 'S') AND c.relname NOT IN ('{VERSION_TABLE}', 'job_slots')
+          AND c.relkind IN ('r', 'p', 'S') AND c.relname <> '{VERSION_TABLE}'
+          AND (c.relname <> 'job_slots'
+               OR EXISTS (SELECT FROM pg_catalog.pg_trigger t
+                           WHERE t.tgrelid = c.oid AND t.tgname = 'job_slots_replaced'))
           AND c.oid <> ALL (coalesce(e.extconfig, '{{}}'))
         ORDER BY c.relname
     LOOP

@@ -82,6 +82,28 @@ COMMENT ON TABLE alk.job_slots IS
 'The slot of alk.jobs that takes new jobs, and the last rotation. Private: use alk.rotate_jobs.';
 INSERT INTO alk.job_slots DEFAULT VALUES;
 
+-- A restore of the extension install: CREATE EXTENSION writes the row above,
+-- then pg_restore copies the dumped one (job_slots is dump data, so the slots
+-- come back as the jobs sit in them: a live job holding a dedup key is in the
+-- current slot, where a keyed enqueue looks). The copy replaces the row
+-- rather than failing on its key. Nothing else inserts into this table.
+CREATE FUNCTION alk._job_slots_replaced()
+RETURNS trigger
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    DELETE FROM alk.job_slots;
+    RETURN NEW;
+END
+$$;
+COMMENT ON FUNCTION alk._job_slots_replaced() IS
+'internal: trigger: an insert into alk.job_slots replaces its one row (a restore copying the dumped row)';
+CREATE TRIGGER job_slots_replaced BEFORE INSERT ON alk.job_slots
+    FOR EACH ROW EXECUTE FUNCTION alk._job_slots_replaced();
+COMMENT ON TRIGGER job_slots_replaced ON alk.job_slots IS
+'A restore''s copy of the dumped row replaces the row CREATE EXTENSION wrote (alk._job_slots_replaced).';
+
 CREATE FUNCTION alk._job_slot()
 RETURNS bigint
 LANGUAGE sql STABLE PARALLEL SAFE

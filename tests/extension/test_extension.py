@@ -144,22 +144,41 @@ def test_a_database_owner_who_is_not_a_superuser_installs_it_and_owns_the_functi
         run(ext.maintenance, sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
 
 
-def test_pg_dump_and_restore_keep_the_jobs_and_the_version(ext: ExtServer, tmp_path: Path):
-    source, target = ext.db(), ext.db()
-    run(source, "CREATE EXTENSION alk")
-    ids = [run(source, "SELECT alk.enqueue('mail', %s::jsonb)", [f'{{"n": {n}}}'])[0][0] for n in range(3)]
+def dump_and_restore(ext: ExtServer, source: str, target: str, tmp_path: Path) -> None:
     dump = tmp_path / "alk.dump"
     tmp_path.chmod(0o755)
     for argv in ([str(ext.bindir / "pg_dump"), "-Fc", "-f", str(dump), "-d", source],
                  [str(ext.bindir / "pg_restore"), "--exit-on-error", "-d", target, str(dump)]):
         result = subprocess.run(argv, capture_output=True, text=True, timeout=120)
         assert result.returncode == 0, result.stderr
+
+
+def test_pg_dump_and_restore_keep_the_jobs_and_the_version(ext: ExtServer, tmp_path: Path):
+    source, target = ext.db(), ext.db()
+    run(source, "CREATE EXTENSION alk")
+    ids = [run(source, "SELECT alk.enqueue('mail', %s::jsonb)", [f'{{"n": {n}}}'])[0][0] for n in range(3)]
+    dump_and_restore(ext, source, target, tmp_path)
     assert extversion(target) == head()
     assert run(target, "SELECT version FROM alk.schema_info()") == [(head(),)]
     assert run(target, "SELECT id, payload->>'n' FROM alk.jobs ORDER BY id") == [(i, str(n)) for n, i in enumerate(ids)]
     # The identity sequence came along: the next job does not reuse an id.
     assert run(target, "SELECT alk.enqueue('mail', '{}'::jsonb)")[0][0] > max(ids)
 
+
+
+def test_a_restore_keeps_the_slots_so_a_keyed_enqueue_still_finds_its_holder(ext: ExtServer, tmp_path: Path):
+    source, target = ext.db(), ext.db()
+    run(source, "CREATE EXTENSION alk")
+    holder = run(source, "SELECT alk.enqueue('mail', '{}'::jsonb, dedup_key => 'k')")[0][0]
+    # The rotation sends new jobs to slot 1 and moves the key's holder there.
+    assert run(source, "SELECT alk.rotate_jobs(0)") == [("rotated",)]
+    slots = "SELECT current_slot, rotations, draining_slot FROM alk.job_slots"
+    assert run(source, slots) == [(1, 1, None)]
+    dump_and_restore(ext, source, target, tmp_path)
+    assert run(target, slots) == [(1, 1, None)]
+    assert run(target, "SELECT id, slot FROM alk.jobs") == [(holder, 1)]
+    assert run(target, "SELECT alk.enqueue('mail', '{}'::jsonb, dedup_key => 'k')") == [(holder,)]
+    assert run(target, "SELECT count(*) FROM alk.jobs") == [(1,)]
 
 def test_create_schema_if_not_exists_fails_inside_an_extension_script_so_the_generator_filters_it(ext: ExtServer):
     """Why FILTERED exists: with ``schema = X`` in the control file, CREATE

@@ -511,3 +511,11 @@ def test_the_kept_slot_refuses_live_jobs(db):
     with pytest.raises(psycopg.errors.CheckViolation, match="jobs_kept_settled"):
         db.execute("UPDATE alk.jobs SET slot = 2 WHERE id = %s", [job])
     assert slot_of(db, job) == current_slot(db)
+
+
+def test_an_insert_into_job_slots_replaces_its_one_row(db):
+    # What a restore of the extension install does: CREATE EXTENSION wrote
+    # the row, pg_restore copies the dumped one (tests/extension).
+    db.execute("INSERT INTO alk.job_slots (current_slot, rotated_at_id, rotations, draining_slot) VALUES (1, 40, 3, 0)")
+    assert db.execute("SELECT current_slot, rotated_at_id, rotations, draining_slot FROM alk.job_slots").fetchall() \
+        == [(1, 40, 3, 0)]
