@@ -318,6 +318,7 @@ def test_a_job_requeued_ahead_of_a_claimed_one_waits_for_its_group(clocked, conn
 
 def test_a_claim_that_takes_a_grouped_job_needs_read_committed(clocked, connect):
     enqueue(clocked, group_key="g")
+    plain = enqueue(clocked, queue="plain")
     conn = open_on_the_clock(connect)
     conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
     with pytest.raises(psycopg.Error) as caught:
@@ -326,3 +327,7 @@ def test_a_claim_that_takes_a_grouped_job_needs_read_committed(clocked, connect)
     assert "READ COMMITTED" in str(caught.value)
     conn.rollback()
     assert one(clocked, "SELECT count(*) FROM alk.jobs WHERE state = 'processing'") == 0
+    # A claim that takes no grouped job takes no lock and may run under it.
+    conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+    assert ids(claim(conn, 1, queue="plain")) == [plain]
+    conn.commit()
