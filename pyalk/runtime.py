@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import math
 import queue
 import signal
 import threading
@@ -257,7 +258,8 @@ class Runtime:
 
         thread = threading.Thread(target=call, name="pyalk-worker-within", daemon=True)
         thread.start()
-        thread.join(seconds)
+        # Infinite (no deadline yet) is no timeout: join() cannot take it.
+        thread.join(None if math.isinf(seconds) else seconds)
         if not outcome:
             raise TimeoutError(f"{getattr(fn, '__name__', fn)} took more than {seconds:.2f}s")
         ok, value = outcome[0]

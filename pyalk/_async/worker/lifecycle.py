@@ -352,6 +352,10 @@ class AsyncWorker:
         """Stop in order, every wait bounded by the stop's deadline (the grace
         period plus STOP_MARGIN): whatever the database does, this returns by then."""
         self.stop(force=grace <= 0)
+        # A stop from another thread sets the state before its transition
+        # hook begins the deadline, and the claim loop, seeing the state, may
+        # bring us here first: begin it here too (the earlier end wins).
+        self._deadline.begin(force=grace <= 0)
         deadline = self._deadline
         await self._end_claims(tasks)
         # What never started goes back at once, for other workers to take

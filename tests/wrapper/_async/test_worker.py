@@ -867,3 +867,13 @@ async def test_under_max_running_a_short_claim_waits_for_the_runners_not_next_cl
     # the slots. Only the burst's end (nothing held) asks when a job is next.
     assert len(recorder.claims) >= 10, recorder.claims
     assert asked <= 2, (asked, recorder.claims)
+
+
+async def test_a_wait_given_no_deadline_yet_waits_for_the_call():
+    # Before a stop the worker's deadline is infinite. The threaded runtime's
+    # Thread.join() cannot take infinity (OverflowError), which a stop from
+    # another thread could hand it (its deadline not yet begun).
+    async def answer() -> int:
+        return 42
+
+    assert await AsyncRuntime.within(math.inf, answer) == 42

@@ -869,3 +869,13 @@ def test_under_max_running_a_short_claim_waits_for_the_runners_not_next_claim_at
     # the slots. Only the burst's end (nothing held) asks when a job is next.
     assert len(recorder.claims) >= 10, recorder.claims
     assert asked <= 2, (asked, recorder.claims)
+
+
+def test_a_wait_given_no_deadline_yet_waits_for_the_call():
+    # Before a stop the worker's deadline is infinite. The threaded runtime's
+    # Thread.join() cannot take infinity (OverflowError), which a stop from
+    # another thread could hand it (its deadline not yet begun).
+    def answer() -> int:
+        return 42
+
+    assert Runtime.within(math.inf, answer) == 42
