@@ -118,9 +118,12 @@ COMMENT ON FUNCTION alk._lock_slot(bigint, bigint) IS
 -- The rotation, its bounds as arguments (alk.rotate_jobs passes the
 -- documented ones; tests pass small ones). step_rows: the most rows one call
 -- moves under the slot's lock (about 2 ms per 1,000, every claim and settle
--- of the slot waiting). max_live: the most live jobs a count reads (100,000
--- cost about 10 ms); above it the slot waits for its backlog. Until 0044 a slot with more than 20,000 live jobs never rotated,
--- and a backlog that stayed above it decayed as the single table did.
+-- of the slot waiting). max_live: the most live jobs a call counts on its
+-- own say (100,000 cost about 10 ms); a slot that could be due only with
+-- more is counted only once the statistics say it may be (0048). Until 0044
+-- a slot with more than 20,000 live jobs never rotated, until 0048 one with
+-- more than 100,000, and a backlog that stayed above it decayed as the
+-- single table did.
 CREATE FUNCTION alk._rotate_jobs(min_jobs bigint, step_rows bigint, max_live bigint)
 RETURNS text
 LANGUAGE plpgsql VOLATILE
@@ -178,7 +181,16 @@ BEGIN
             IF bound > step_rows THEN
                 bound := greatest(step_rows, (taken + moved) / 3);
             END IF;
-            bound := least(max_live, greatest(least(taken + moved - min_jobs, bound), 0));
+            bound := greatest(least(taken + moved - min_jobs, bound), 0);
+        END IF;
+        -- Above max_live a count costs more than a call should spend each
+        -- time a worker asks: the slot's live tuples by the statistics
+        -- (inserted less deleted, flushed about every second; dead and
+        -- completed jobs count too, so no fewer than its live jobs but for
+        -- the last second's inserts) must first say it may be due.
+        IF bound > max_live
+           AND pg_catalog.pg_stat_get_live_tuples(pg_catalog.format('alk.jobs_%s', cur)::regclass) > bound THEN
+            RETURN 'too many live jobs';
         END IF;
         live := alk._slot_live(cur, bound + 1);
         IF live > bound THEN
@@ -231,7 +243,8 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION alk._rotate_jobs(bigint, bigint, bigint) IS
-'internal: alk.rotate_jobs with its bounds: step_rows moved per call, max_live live jobs counted at most';
+'internal: alk.rotate_jobs with its bounds: step_rows moved per call, max_live live jobs counted at most unless the '
+'statistics say the slot may be due';
 
 CREATE FUNCTION alk.rotate_jobs(min_jobs bigint DEFAULT 10000)
 RETURNS text
@@ -250,6 +263,7 @@ COMMENT ON FUNCTION alk.rotate_jobs(bigint) IS
 'VACUUM or ANALYZE of the slot): returns ''rotated'' (the slot is emptied), ''moving'' (20,000 rows moved and more '
 'are left: call again), ''not due'', ''locked'' (a transaction that touched the jobs is open, a VACUUM of the slot '
 'or a rotation runs: try again) or ''too many live jobs'' (over 20,000 pending and processing jobs and not due '
-'yet, over 100,000, or over 20,000 with a dedup key: try again later; counting them took a pass over the slot). '
+'yet, over 100,000 when min_jobs is 0, or over 20,000 with a dedup key: try again later; counting them takes a pass '
+'over the slot, which over 100,000 it takes only once the statistics'' live tuples of the slot say it may be due). '
 'Workers call it; without workers, call it every second or so (pg_cron). '
 'Example: SELECT alk.rotate_jobs();';

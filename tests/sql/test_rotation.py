@@ -519,3 +519,31 @@ def test_an_insert_into_job_slots_replaces_its_one_row(db):
     db.execute("INSERT INTO alk.job_slots (current_slot, rotated_at_id, rotations, draining_slot) VALUES (1, 40, 3, 0)")
     assert db.execute("SELECT current_slot, rotated_at_id, rotations, draining_slot FROM alk.job_slots").fetchall() \
         == [(1, 40, 3, 0)]
+
+
+def slot_counts(db: psycopg.Connection) -> int:
+    """How many times this backend counted a slot's live jobs (alk._slot_live),
+    by track_functions; the table statistics flushed as well."""
+    db.execute("SELECT pg_stat_force_next_flush()")  # this backend's counts, now
+    db.execute("SELECT pg_stat_clear_snapshot()")
+    return one(db, "SELECT coalesce(sum(calls), 0)::int FROM pg_stat_user_functions"
+                   " WHERE funcid = 'alk._slot_live(bigint, bigint, boolean)'::regprocedure")
+
+
+def test_a_backlog_over_max_live_is_counted_once_the_statistics_say_it_may_be_due(db):
+    # 0048: a slot that could be due only with more than max_live live jobs
+    # (here 10) never was. Now the statistics decide whether to count.
+    db.execute("SET track_functions = 'all'")
+    db.execute("SELECT alk.enqueue_batch('q', array_fill('{}'::jsonb, ARRAY[60]))")
+    settle(db, 30)  # 30 live: due at 20 (twice as many settled as live above a step of 4)
+    before = slot_counts(db)
+    assert rotate_in_steps(db, min_jobs=1, max_live=10) == "too many live jobs"
+    assert slot_counts(db) == before  # the statistics said 30 live tuples: no pass over the slot
+    settle(db, 10)  # 20 live, 40 settled
+    before = slot_counts(db)
+    answers = [rotate_in_steps(db, min_jobs=1, max_live=10)]
+    while answers[-1] == "moving":
+        answers.append(rotate_in_steps(db, min_jobs=1, max_live=10))
+    assert answers[-1] == "rotated" and len(answers) == 6  # 20 live rows, 4 a step: the sixth call finds none
+    assert slot_counts(db) - before == 2  # its live jobs and its keyed ones, counted once
+    assert one(db, "SELECT moved_in FROM alk.job_slots") == 20
