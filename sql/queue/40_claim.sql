@@ -25,8 +25,8 @@
 -- reads the claim's snapshot, which is not enough when claims run at once:
 -- a job of the group can become visible ahead of one a concurrent claim
 -- holds uncommitted (ids are drawn at insert but committed in any order;
--- requeue_dead and release put a job back ahead), and the second claim then
--- takes it. So the claim asks again, under a lock, with a fresher read: the
+-- requeue_dead puts a dead job back, and a job done waiting for its after
+-- jobs joins the claim order), and the second claim then takes it. So the claim asks again, under a lock, with a fresher read: the
 -- queue's claim lock where the queue has a limits row (alk._claim_budget),
 -- else the group's (alk._group_claimable).
 -- Each count stops at per_group entries; CASE runs the second only if needed.

@@ -316,6 +316,23 @@ def test_a_job_requeued_ahead_of_a_claimed_one_waits_for_its_group(clocked, conn
     first.commit()
 
 
+
+def test_a_job_done_waiting_ahead_of_a_claimed_one_waits_for_its_group(clocked, connect):
+    # The same race through after: a job of the group waiting for another
+    # joins the claim order, ahead, once that one is done.
+    parent = enqueue(clocked)
+    waiting = enqueue(clocked, group_key="g", after=[parent])
+    nxt = enqueue(clocked, group_key="g")
+    assert ids(claim(clocked, 1)) == [parent]
+    first, second = open_on_the_clock(connect), open_on_the_clock(connect)
+    assert ids(claim(first, 10)) == [nxt]  # waiting is not ahead while it waits
+    assert ack(clocked, parent) is True
+    assert claim(second, 10) == []
+    second.commit()
+    first.commit()
+    assert ack(clocked, nxt) is True
+    assert ids(claim(clocked, 10)) == [waiting]
+
 def test_a_claim_that_takes_a_grouped_job_needs_read_committed(clocked, connect):
     enqueue(clocked, group_key="g")
     plain = enqueue(clocked, queue="plain")
