@@ -4,10 +4,14 @@ allows is accepted, every other raises, and a stop while NEW waits for run()."""
 from __future__ import annotations
 
 import itertools
+import math
+import threading
 
 import pytest
 
+from pyalk.worker.deadline import STOP_MARGIN, StopDeadline
 from pyalk.worker.state import TRANSITIONS, IllegalTransition, Lifecycle, WorkerState
+from tests.helpers import until
 
 S = WorkerState
 
@@ -75,3 +79,21 @@ def test_stop_requests_past_their_state_are_ignored():
     life.request_stop(force=True)
     life.request_stop(force=True)
     assert [new for _, new in seen] == [S.STARTING, S.RUNNING, S.DRAINING, S.FORCED]
+
+
+def test_a_stop_begins_the_deadline_before_any_thread_sees_the_worker_stopping():
+    # The transition hook runs after the state is set, from the thread that
+    # stopped: a hook that began the deadline left a window in which another
+    # thread saw DRAINING and an infinite deadline (the threaded shutdown
+    # then called Thread.join(inf), which raises OverflowError).
+    deadline = StopDeadline(grace_period=30.0)
+    hook_may_end = threading.Event()
+    life = Lifecycle(lambda old, new: hook_may_end.wait(10) if new is S.DRAINING else None, deadline=deadline)
+    life.advance(S.STARTING)
+    assert life.begin_running() and math.isinf(deadline.left())
+    stopper = threading.Thread(target=life.request_stop, kwargs={"force": False})
+    stopper.start()
+    until(lambda: life.state is S.DRAINING, "the stop's transition")  # its hook still waits
+    assert deadline.grace_left() <= 30.0 and deadline.left() <= 30.0 + STOP_MARGIN
+    hook_may_end.set()
+    stopper.join()

@@ -32,6 +32,8 @@ import enum
 import threading
 from collections.abc import Callable
 
+from pyalk.worker.deadline import StopDeadline
+
 
 class WorkerState(enum.Enum):
     NEW = "new"
@@ -75,14 +77,20 @@ class Lifecycle:
     """The current :class:`WorkerState`, changed only along :data:`TRANSITIONS`.
 
     ``on_change(old, new)`` is called after every transition (outside the
-    lock; from whichever thread made it). Safe from any thread.
+    lock; from whichever thread made it). ``deadline``, when given, begins
+    with the stop itself: before DRAINING or FORCED can be seen, so no
+    thread that sees the worker stopping finds its deadline not yet begun
+    (which on_change, running after, could not promise). Safe from any
+    thread.
     """
 
-    def __init__(self, on_change: Callable[[WorkerState, WorkerState], None]) -> None:
+    def __init__(self, on_change: Callable[[WorkerState, WorkerState], None],
+                 deadline: StopDeadline | None = None) -> None:
         self._state = WorkerState.NEW
         self._pending: WorkerState | None = None  # a stop asked for while NEW
         self._lock = threading.Lock()
         self._on_change = on_change
+        self._deadline = deadline
 
     @property
     def state(self) -> WorkerState:
@@ -128,5 +136,7 @@ class Lifecycle:
         old = self._state
         if new not in TRANSITIONS[old]:
             raise IllegalTransition(f"a worker cannot go from {old.value} to {new.value}")
+        if self._deadline is not None and new in (WorkerState.DRAINING, WorkerState.FORCED):
+            self._deadline.begin(force=new is WorkerState.FORCED)
         self._state = new
         return old

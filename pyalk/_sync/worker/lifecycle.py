@@ -151,7 +151,7 @@ class Worker:
         self._left = Event()  # a running job left while a draining stop watches
         self._deadline = StopDeadline(self.grace_period)  # set at the stop: bounds every wait after it
         self._claim_error: Exception | None = None  # what ended the claim loop, if it failed
-        self._life = Lifecycle(self._entered)
+        self._life = Lifecycle(self._entered, deadline=self._deadline)
         self._buffer: PrefetchBuffer[JobHandle] = PrefetchBuffer(
             prefetch=prefetch, concurrency=concurrency, batch_size=self.batch_size, lifetime=self.buffer_lifetime)
         self._in_flight: InFlight[Running] = InFlight(self._left.set)
@@ -221,8 +221,6 @@ class Worker:
         """Every lifecycle transition: logged, and a stop wakes every wait."""
         logger.debug("worker %s -> %s", old.value, new.value,
                      extra=self._fields(state=new.value, previous=old.value))
-        if new in (WorkerState.DRAINING, WorkerState.FORCED):
-            self._deadline.begin(force=new is WorkerState.FORCED)
         if new in STOPPING:
             for event in (self._stopped, self._wake, self._left, self._filled):
                 event.set()
@@ -353,10 +351,6 @@ class Worker:
         """Stop in order, every wait bounded by the stop's deadline (the grace
         period plus STOP_MARGIN): whatever the database does, this returns by then."""
         self.stop(force=grace <= 0)
-        # A stop from another thread sets the state before its transition
-        # hook begins the deadline, and the claim loop, seeing the state, may
-        # bring us here first: begin it here too (the earlier end wins).
-        self._deadline.begin(force=grace <= 0)
         deadline = self._deadline
         self._end_claims(tasks)
         # What never started goes back at once, for other workers to take
