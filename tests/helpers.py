@@ -47,6 +47,17 @@ def one(db: psycopg.Connection, query: str, *params: Any, **named: Any) -> Any:
     return row[0]
 
 
+def calls_of(db: psycopg.Connection, function: str) -> int:
+    """How many times ``function`` (a regprocedure, e.g. 'alk._slot_live(bigint,
+    bigint, boolean)') ran in this database, by track_functions (which the
+    session sets): this backend's counts flushed first, read afresh. The
+    table statistics are flushed with them."""
+    db.execute("SELECT pg_stat_force_next_flush()")
+    db.execute("SELECT pg_stat_clear_snapshot()")
+    return int(one(db, "SELECT coalesce(sum(calls), 0) FROM pg_stat_user_functions WHERE funcid = %s::regprocedure",
+                   function))
+
+
 def sqlstate_of(db: psycopg.Connection, query: str, *params: Any) -> tuple[str | None, str]:
     """The SQLSTATE and primary message of the error ``query`` must raise."""
     with pytest.raises(psycopg.Error) as caught:

@@ -13,8 +13,8 @@ import psycopg
 import pytest
 
 from tests.conftest import pin_clock
-from tests.helpers import one
-from tests.sql.test_limits import ids, limit
+from tests.helpers import calls_of, one
+from tests.sql.test_limits import ids, limit, open_on_the_clock
 from tests.sql.test_queue import NOW, claim, enqueue
 
 
@@ -32,14 +32,6 @@ def parked(db: psycopg.Connection, queue: str = "q") -> list[int]:
 
 def ack(db: psycopg.Connection, job_id: int, attempt: int = 1, worker: str = "w1") -> bool:
     return one(db, "SELECT alk.ack(%s, %s, %s)", job_id, worker, attempt)
-
-
-def open_on_the_clock(connect) -> psycopg.Connection:
-    """A connection in its own transaction (not autocommit) on the pinned clock."""
-    conn = connect(autocommit=False)
-    pin_clock(conn, NOW)
-    conn.commit()
-    return conn
 
 
 def test_a_busy_groups_next_jobs_are_parked_and_the_claim_takes_what_is_free(clocked):
@@ -258,11 +250,8 @@ def test_concurrent_workers_run_every_grouped_job_one_per_group_at_a_time(db, co
 
 def groups_turned(db: psycopg.Connection) -> int:
     """How many groups this database has given their turns so far: alk._group_turns
-    takes each group's lock once (alk._group_lock), counted by track_functions."""
-    db.execute("SELECT pg_stat_force_next_flush()")  # this backend's counts, now
-    db.execute("SELECT pg_stat_clear_snapshot()")
-    return one(db, "SELECT coalesce(sum(calls), 0)::int FROM pg_stat_user_functions"
-                   " WHERE funcid = 'alk._group_lock(text, text)'::regprocedure")
+    takes each group's lock once (alk._group_lock)."""
+    return calls_of(db, "alk._group_lock(text, text)")
 
 
 @pytest.mark.parametrize("outcome", ["retry", "fail"])

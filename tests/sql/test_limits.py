@@ -24,6 +24,14 @@ def limit(db: psycopg.Connection, queue: str = "q", max_running: int | None = No
                per_group=per_group)
 
 
+def open_on_the_clock(connect: Any) -> psycopg.Connection:
+    """A connection in its own transaction (not autocommit) on the pinned clock."""
+    conn = connect(autocommit=False)
+    pin_clock(conn, NOW)
+    conn.commit()
+    return conn
+
+
 def next_claim_at(db: psycopg.Connection, queue: str = "q") -> int | None:
     return one(db, "SELECT alk.next_claim_at(%s)", queue)
 
@@ -123,9 +131,7 @@ def test_settle_and_claim_honours_max_running(clocked):
 def test_a_claim_of_a_limited_queue_needs_read_committed(connect, clocked):
     enqueue(clocked)
     limit(clocked, max_running=1)
-    conn = connect(autocommit=False)
-    pin_clock(conn, NOW)
-    conn.commit()
+    conn = open_on_the_clock(connect)
     conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
     with pytest.raises(psycopg.Error) as caught:
         claim(conn, 1)

@@ -13,7 +13,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from tests.helpers import one, sqlstate_of
+from tests.helpers import calls_of, one, sqlstate_of
 
 
 def slot_of(db: psycopg.Connection, job_id: int) -> int:
@@ -522,12 +522,8 @@ def test_an_insert_into_job_slots_replaces_its_one_row(db):
 
 
 def slot_counts(db: psycopg.Connection) -> int:
-    """How many times this backend counted a slot's live jobs (alk._slot_live),
-    by track_functions; the table statistics flushed as well."""
-    db.execute("SELECT pg_stat_force_next_flush()")  # this backend's counts, now
-    db.execute("SELECT pg_stat_clear_snapshot()")
-    return one(db, "SELECT coalesce(sum(calls), 0)::int FROM pg_stat_user_functions"
-                   " WHERE funcid = 'alk._slot_live(bigint, bigint, boolean)'::regprocedure")
+    """How many times this backend counted a slot's live jobs (alk._slot_live)."""
+    return calls_of(db, "alk._slot_live(bigint, bigint, boolean)")
 
 
 def test_a_backlog_over_max_live_is_counted_once_the_statistics_say_it_may_be_due(db):
