@@ -63,7 +63,7 @@ def test_diff_finds_an_edited_comment_and_prints_its_replacement(pg_server, tmp_
     assert "COMMENT ON FUNCTION alk.get_lock(text) IS\n'Edited. " in text
 
 
-def test_new_writes_the_version_its_revision_and_its_manifest_line(tmp_path, monkeypatch):
+def test_new_writes_the_version_its_revision_and_its_pin(tmp_path, monkeypatch):
     versions_dir = tmp_path / "sql" / "versions"
     (tmp_path / "alembic" / "versions").mkdir(parents=True)
     versions_dir.mkdir(parents=True)
@@ -77,6 +77,8 @@ def test_new_writes_the_version_its_revision_and_its_manifest_line(tmp_path, mon
     assert path.read_text().endswith(sqlversion.REVOKE + "\n")
     revision = (tmp_path / "alembic" / "versions" / "0009_claim_order.py").read_text()
     assert 'revision = "0009"' in revision and 'down_revision = "0008"' in revision
-    assert sqlversion.manifest_lines() == {"0001_core.sql": "00", path.name: sqlversion._sha256(path)}
+    assert sqlversion.manifest_lines() == {"0001_core.sql": "00"}  # closed: never written
+    assert sqlversion.own_pins() == {path.name: sqlversion._sha256(path)}
+    assert (versions_dir / "0009_claim_order.sql.sha256").read_text() == f"{sqlversion._sha256(path)}  {path.name}\n"
     with pytest.raises(ValueError, match="name must be"):
         sqlversion.new_version("Bad Name", "")

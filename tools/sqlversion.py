@@ -1,9 +1,15 @@
 """Maintainer tool for the SQL change flow (docs/migrations.md, "How to change a rule").
 
     python tools/sqlversion.py diff [--dsn DSN]          what the current files change against the chain
-    python tools/sqlversion.py new NAME [--from-diff]    the next version file, its Alembic revision, its MANIFEST line
-    python tools/sqlversion.py pin                       refresh MANIFEST lines of versions not yet on main
-    python tools/sqlversion.py check                     MANIFEST and the Alembic revisions match sql/versions
+    python tools/sqlversion.py new NAME [--from-diff]    the next version file, its Alembic revision, its pin
+    python tools/sqlversion.py pin                       refresh the pins of versions not yet on main
+    python tools/sqlversion.py check                     the pins and the Alembic revisions match sql/versions
+
+Pins: a version's sha256, so a landed version is never edited. Versions
+0001-0044 are pinned together in sql/versions/MANIFEST, which is closed: a
+landed file like them, its own digest pinned here (MANIFEST_SHA256). Each
+version since pins itself in NNNN_<name>.sql.sha256 beside it, a new file
+written once (``sha256sum -c`` reads both).
 
 ``diff`` installs the chain and the current files into two scratch databases
 on the server of --dsn (or PYALK_DEV_DSN), compares their catalogs and prints,
@@ -34,6 +40,10 @@ from pyalk.schema.install import current_files, current_script, head, install_sc
 
 VERSIONS = ROOT / "sql" / "versions"
 MANIFEST = VERSIONS / "MANIFEST"
+#: The digest of MANIFEST as it stood with 0044, its last line: closed since.
+MANIFEST_SHA256 = "79e0c4d499d94ec12da98aa16d0344b9828df45370e42c4c1d2008dfe73a0cc2"
+#: A version's own pin file: NNNN_<name>.sql + this, in sha256sum's format.
+PIN_SUFFIX = ".sha256"
 ALEMBIC_VERSIONS = ROOT / "alembic" / "versions"
 REVOKE = "REVOKE ALL ON ALL FUNCTIONS IN SCHEMA alk FROM PUBLIC;"
 
@@ -178,12 +188,31 @@ def upgrade() -> None:
 '''
 
 
-def manifest_lines() -> dict[str, str]:
+def _read_pins(path: Path) -> dict[str, str]:
+    """The ``<sha256>  <file>`` lines of a pin file."""
     pinned = {}
-    for line in MANIFEST.read_text().splitlines():
+    for line in path.read_text().splitlines():
         if line.strip() and not line.startswith("#"):
             digest, name = line.split()
             pinned[name] = digest
+    return pinned
+
+
+def pin_path(version: Path) -> Path:
+    """Where a version since 0045 keeps its pin."""
+    return version.with_name(version.name + PIN_SUFFIX)
+
+
+def manifest_lines() -> dict[str, str]:
+    """The pins MANIFEST holds (0001-0044)."""
+    return _read_pins(MANIFEST)
+
+
+def own_pins() -> dict[str, str]:
+    """The pins of the versions since MANIFEST closed, each from its own file."""
+    pinned = {}
+    for path in sorted(MANIFEST.parent.glob(f"*{PIN_SUFFIX}")):
+        pinned.update(_read_pins(path))
     return pinned
 
 
@@ -191,17 +220,28 @@ IMMUTABLE = "a landed version is immutable: write a new version file (docs/migra
 
 
 def manifest_problems() -> list[str]:
-    """What is wrong between sql/versions, its MANIFEST and alembic/versions:
-    a version file whose sha256 is not its pinned one, one not pinned, a pinned
+    """What is wrong between sql/versions, its pins and alembic/versions: a
+    changed MANIFEST, a version pinned twice or in a pin file not its own, a
+    version file whose sha256 is not its pinned one, one not pinned, a pinned
     one gone, a version without its Alembic revision (each NNNN_*.py applies
     version NNNN on top of the one before). Empty when all agree; no database."""
-    pinned = manifest_lines()
+    problems = []
+    if _sha256(MANIFEST) != MANIFEST_SHA256:
+        problems.append(f"sql/versions/MANIFEST changed: it is closed since 0045 (it pins 0001-0044, landed); "
+                        f"a newer version pins itself in NNNN_<name>.sql{PIN_SUFFIX}")
+    closed, own = manifest_lines(), own_pins()
+    problems += [f"{name} is pinned twice: in MANIFEST and in {name}{PIN_SUFFIX}"
+                 for name in sorted(closed.keys() & own.keys())]
+    for path in sorted(MANIFEST.parent.glob(f"*{PIN_SUFFIX}")):
+        stray = set(_read_pins(path)) - {path.name[:-len(PIN_SUFFIX)]}
+        problems += [f"{path.name} pins {name}, not its own version" for name in sorted(stray)]
+    pinned = {**closed, **own}
     on_disk = {v.path.name: _sha256(v.path) for v in versions()}
-    problems = [f"{name} changed: {IMMUTABLE}" for name in sorted(pinned.keys() & on_disk.keys())
-                if pinned[name] != on_disk[name]]
-    problems += [f"{name} is not in sql/versions/MANIFEST: run python tools/sqlversion.py new"
+    problems += [f"{name} changed: {IMMUTABLE}" for name in sorted(pinned.keys() & on_disk.keys())
+                 if pinned[name] != on_disk[name]]
+    problems += [f"{name} is not pinned: run python tools/sqlversion.py new (or pin)"
                  for name in sorted(on_disk.keys() - pinned.keys())]
-    problems += [f"MANIFEST lists {name}, which is gone: {IMMUTABLE}"
+    problems += [f"{name} is pinned but gone: {IMMUTABLE}"
                  for name in sorted(pinned.keys() - on_disk.keys())]
     previous = None
     for version in versions():
@@ -219,8 +259,8 @@ def manifest_problems() -> list[str]:
     return problems
 
 
-def write_manifest(pinned: dict[str, str]) -> None:
-    MANIFEST.write_text("".join(f"{pinned[name]}  {name}\n" for name in sorted(pinned)))
+def write_pin(version: Path) -> None:
+    pin_path(version).write_text(f"{_sha256(version)}  {version.name}\n")
 
 
 def _sha256(path: Path) -> str:
@@ -238,9 +278,7 @@ def new_version(name: str, body: str) -> Path:
     path.write_text(f"{header}\n{body.rstrip()}\n\n{REVOKE}\n", encoding="utf-8")
     revision = ROOT / "alembic" / "versions" / f"{number}_{name}.py"
     revision.write_text(ALEMBIC.format(number=number, name=name, previous=previous), encoding="utf-8")
-    pinned = manifest_lines()
-    pinned[path.name] = _sha256(path)
-    write_manifest(pinned)
+    write_pin(path)
     return path
 
 
@@ -251,19 +289,20 @@ def _landed(path: Path, base: str) -> bool:
 
 
 def pin(base: str = "main") -> list[str]:
-    """Refresh the MANIFEST lines of version files not yet on ``base``; a landed one never moves."""
-    pinned = manifest_lines()
+    """Refresh the pins of version files not yet on ``base``; a landed one never moves, nor MANIFEST."""
+    closed = manifest_lines()
     touched = []
     for version in versions():
-        digest = _sha256(version.path)
-        if pinned.get(version.path.name) == digest:
+        own = pin_path(version.path)
+        if version.path.name in closed:
+            continue  # checked by check: MANIFEST is closed
+        if own.exists() and _read_pins(own).get(version.path.name) == _sha256(version.path):
             continue
-        if version.path.name in pinned and _landed(version.path, base):
+        if own.exists() and _landed(version.path, base):
             raise SystemExit(f"{version.path.name} is on {base} and changed: a landed version is immutable: "
                              "write a new version file")
-        pinned[version.path.name] = digest
+        write_pin(version.path)
         touched.append(version.path.name)
-    write_manifest(pinned)
     return touched
 
 
@@ -273,20 +312,20 @@ def main(argv: list[str] | None = None) -> int:
     dsn_help = "a server to create scratch databases on (default: $PYALK_DEV_DSN)"
     p_diff = sub.add_parser("diff", help="what the current files change against the chain")
     p_diff.add_argument("--dsn", default=os.environ.get("PYALK_DEV_DSN"), help=dsn_help)
-    p_new = sub.add_parser("new", help="the next version file, its Alembic revision and MANIFEST line")
+    p_new = sub.add_parser("new", help="the next version file, its Alembic revision and its pin")
     p_new.add_argument("name")
     p_new.add_argument("--from-diff", action="store_true", help="fill the version file with diff's output")
     p_new.add_argument("--dsn", default=os.environ.get("PYALK_DEV_DSN"), help=dsn_help)
-    p_pin = sub.add_parser("pin", help="refresh MANIFEST lines of versions not yet on main")
+    p_pin = sub.add_parser("pin", help="refresh the pins of versions not yet on main")
     p_pin.add_argument("--base", default="main")
-    sub.add_parser("check", help="MANIFEST and the Alembic revisions match sql/versions (no database)")
+    sub.add_parser("check", help="the pins and the Alembic revisions match sql/versions (no database)")
     args = parser.parse_args(argv)
     if args.command == "check":
         problems = manifest_problems()
-        print("\n".join(problems) or "sql/versions, MANIFEST and alembic/versions agree")
+        print("\n".join(problems) or "sql/versions, its pins and alembic/versions agree")
         return 1 if problems else 0
     if args.command == "pin":
-        print("\n".join(pin(args.base)) or "MANIFEST is current")
+        print("\n".join(pin(args.base)) or "the pins are current")
         return 0
     if args.command == "new" and not args.from_diff:
         print(new_version(args.name, "-- CREATE OR REPLACE FUNCTION ... and ALTER TABLE ... here."))

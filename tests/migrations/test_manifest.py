@@ -1,5 +1,6 @@
-"""Landed version files are immutable: sql/versions/MANIFEST pins each one's
-sha256, and each version has its one Alembic revision. The rule lives in
+"""Landed version files are immutable: each one's sha256 is pinned (0001-0044
+in sql/versions/MANIFEST, closed since, each later one in its own
+NNNN_<name>.sql.sha256), and each version has its one Alembic revision. The rule lives in
 tools/sqlversion.py (``check``, which tools/check runs in seconds); these
 tests run it and prove it can fail."""
 
@@ -22,7 +23,7 @@ sys.modules.setdefault("sqlversion", sqlversion)
 _spec.loader.exec_module(sqlversion)
 
 
-def test_every_version_file_matches_its_manifest_line_and_has_its_revision():
+def test_every_version_file_matches_its_pin_and_has_its_revision():
     assert sqlversion.manifest_problems() == []
 
 
@@ -34,6 +35,7 @@ def copied_tree(tmp_path, monkeypatch):
     shutil.copytree(ROOT / "sql" / "versions", versions_dir)
     shutil.copytree(ROOT / "alembic" / "versions", alembic_dir, ignore=shutil.ignore_patterns("__pycache__"))
     monkeypatch.setattr(sqlversion, "MANIFEST", versions_dir / "MANIFEST")
+    monkeypatch.setattr(sqlversion, "VERSIONS", versions_dir)
     monkeypatch.setattr(sqlversion, "ALEMBIC_VERSIONS", alembic_dir)
     monkeypatch.setattr(sqlversion, "versions", lambda: [
         Version(path.name[:4], path.stem[5:], path) for path in sorted(versions_dir.glob("[0-9]*.sql"))])
@@ -52,6 +54,50 @@ def test_an_unpinned_version_and_a_missing_revision_are_refused(copied_tree):
     (versions_dir / "9999_extra.sql").write_text("SELECT 1;\n")
     next(alembic_dir.glob("0003_*.py")).unlink()
     problems = sqlversion.manifest_problems()
-    assert "9999_extra.sql is not in sql/versions/MANIFEST: run python tools/sqlversion.py new" in problems
+    assert "9999_extra.sql is not pinned: run python tools/sqlversion.py new (or pin)" in problems
     assert "version 0003 has 0 Alembic revisions in alembic/versions, not 1" in problems
     assert "version 9999 has 0 Alembic revisions in alembic/versions, not 1" in problems
+
+
+def test_an_edited_version_pinned_by_its_own_file_is_refused(copied_tree):
+    versions_dir, _ = copied_tree
+    path = versions_dir / "0046_group_claim_lock.sql"
+    path.write_text(path.read_text() + "\n-- one more line\n")
+    assert sqlversion.manifest_problems() == [f"0046_group_claim_lock.sql changed: {sqlversion.IMMUTABLE}"]
+
+
+def test_manifest_is_closed(copied_tree):
+    # It pins 0001-0044 and landed with them: a line more is refused, even a
+    # right one, and a later version pinned there as well as in its own file.
+    versions_dir, _ = copied_tree
+    manifest = versions_dir / "MANIFEST"
+    own = (versions_dir / "0046_group_claim_lock.sql.sha256").read_text()
+    manifest.write_text(manifest.read_text() + own)
+    assert sqlversion.manifest_problems() == [
+        "sql/versions/MANIFEST changed: it is closed since 0045 (it pins 0001-0044, landed); "
+        "a newer version pins itself in NNNN_<name>.sql.sha256",
+        "0046_group_claim_lock.sql is pinned twice: in MANIFEST and in 0046_group_claim_lock.sql.sha256",
+    ]
+
+
+def test_a_pin_file_pins_its_own_version_only(copied_tree):
+    versions_dir, _ = copied_tree
+    own = versions_dir / "0046_group_claim_lock.sql.sha256"
+    own.write_text(own.read_text() + (versions_dir / "0047_job_slots_replaced.sql.sha256").read_text())
+    assert "0046_group_claim_lock.sql.sha256 pins 0047_job_slots_replaced.sql, not its own version" \
+        in sqlversion.manifest_problems()
+
+
+def test_pin_refreshes_the_own_pin_of_a_version_not_landed_and_never_manifest(copied_tree, monkeypatch):
+    versions_dir, _ = copied_tree
+    manifest = (versions_dir / "MANIFEST").read_text()
+    path = versions_dir / "0048_rotation_counts_by_statistics.sql"
+    path.write_text(path.read_text() + "\n-- edited before it lands\n")
+    monkeypatch.setattr(sqlversion, "_landed", lambda version, base: False)
+    assert sqlversion.pin() == [path.name]
+    assert sqlversion.manifest_problems() == []
+    assert (versions_dir / "MANIFEST").read_text() == manifest
+    path.write_text(path.read_text() + "-- and after it landed\n")
+    monkeypatch.setattr(sqlversion, "_landed", lambda version, base: True)
+    with pytest.raises(SystemExit, match="a landed version is immutable"):
+        sqlversion.pin()
