@@ -8,7 +8,8 @@
 -- live ones before it takes its lock; 0040 does not wait behind a VACUUM;
 -- 0042 moves live jobs only with as many settled ones; 0044 empties a slot
 -- in steps, so a backlog over 20,000 rotates too; 0045 counts its keyed
--- jobs with alk._slot_live.
+-- jobs with alk._slot_live; 0048 counts a slot over 100,000 live jobs once
+-- the statistics say it may be due.
 
 -- A claim walks the pending index of every slot from the front, and each
 -- entry a claim or an ack left behind costs it a heap visit until VACUUM
