@@ -13,6 +13,7 @@ import time
 from typing import Any
 
 from bench.peers import pyalk_worker
+from bench.peers.common import ANALYZE_ENV
 from bench.registry import Context, Row, RowResult, row
 
 #: Runner modules in bench/peers/, pyalk first. A peer that cannot run here
@@ -95,20 +96,31 @@ def _median(values: list[float]) -> float:
     return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
 
 
+#: graphile-worker once more, without the statistics (as this row ran it
+#: until 2026-12-06): a fresh database's plan, not the one it runs with in
+#: production. Shown beside the target's reference, never judged against.
+UNANALYZED = f"{REFERENCE} (no ANALYZE)"
+
+
 def _systems() -> list[tuple[str, str, dict[str, str] | None]]:
     """(label, runner, env) for every system measured: each pyalk worker form
-    on its own (the issue's target names both), then each peer."""
+    on its own (the issue's target names both), then each peer, every one
+    taking its statistics once its jobs are in; then graphile-worker without."""
+    analyzed = {ANALYZE_ENV: "1"}
     systems: list[tuple[str, str, dict[str, str] | None]] = [
-        (f"pyalk ({variant})", "pyalk", {"ALK_BENCH_PYALK_VARIANT": variant}) for variant in pyalk_worker.VARIANTS
+        (f"pyalk ({variant})", "pyalk", {"ALK_BENCH_PYALK_VARIANT": variant, **analyzed})
+        for variant in pyalk_worker.VARIANTS
     ]
-    return systems + [(name, name, None) for name in PEERS if name != "pyalk"]
+    peers: list[tuple[str, str, dict[str, str] | None]] = [(name, name, analyzed) for name in PEERS if name != "pyalk"]
+    return systems + peers + [(UNANALYZED, REFERENCE, {ANALYZE_ENV: "0"})]
 
 
 @row(
     "e2e.process",
     "e2e",
     "enqueue and process N no-op jobs",
-    "Each system enqueues N no-op jobs with its bulk API, then its worker (configured as its docs "
+    "Each system enqueues N no-op jobs with its bulk API, takes its planner statistics (ANALYZE, as "
+    "autovacuum would), then its worker (configured as its docs "
     "recommend for throughput; graphile-worker with its performance preset) processes them; jobs/s = N / "
     "time from worker start to the N-th handler run. Repeated, the systems taking turns (round robin, "
     "the order rotating each round), medians reported. Durable commits: the server's settings. "

@@ -26,6 +26,10 @@ async function main() {
       await utils.addJobs(specs);
     }
     enqueueMs = performance.now() - t0;
+    if (process.env.ALK_BENCH_ANALYZE === "1") {
+      // The planner's statistics before the worker starts (bench/peers/common.py, ANALYZE_ENV).
+      await utils.withPgClient((client) => client.query("ANALYZE"));
+    }
   } finally {
     await utils.release();
   }

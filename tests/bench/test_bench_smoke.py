@@ -7,17 +7,21 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from bench import report, rows_e2e, rows_limits, rows_ops, rows_soak
 from bench.cli import run_rows
 from bench.peers import pyalk_worker
+from bench.peers.common import ANALYZE_ENV
 from bench.registry import QUICK, Context, RowResult
 from bench.rows import load_rows
-from bench.server import Server
+from bench.server import Server, install_pyalk
 from tests import conftest
 
 TINY = dataclasses.replace(
@@ -140,6 +144,42 @@ def test_pyalk_worker_runner_processes_every_job(bench_ctx: Context, variant: st
     result = rows_e2e.run_peer(bench_ctx, "pyalk", 50, 2, env={"ALK_BENCH_PYALK_VARIANT": variant})
     assert result.get("processed") == 50, result
     assert result["settings"]["tuning"].startswith("none")  # pyalk runs with its defaults (it listens)
+
+
+def test_the_runner_takes_its_statistics_before_its_worker_when_asked(bench_ctx: Context) -> None:
+    """ALK_BENCH_ANALYZE=1: the job table has been analyzed by the time the run
+    ends (its worker started on planner statistics, as in production); without
+    it, a fresh database's job table never is within a run this short."""
+
+    def analyzed(env: dict[str, str]) -> int:
+        database = bench_ctx.server.create_db("alk_bench_analyze")
+        try:
+            dsn = bench_ctx.server.dsn_for(database)
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                install_pyalk(conn, None)
+            args = [sys.executable, "-m", rows_e2e.PEERS["pyalk"], "--dsn", dsn, "--url", "-",
+                    "--jobs", "30", "--concurrency", "2"]
+            subprocess.run(args, check=True, capture_output=True, env=dict(os.environ, **env), timeout=120)
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                row = conn.execute(
+                    "SELECT count(*) FROM pg_stat_user_tables WHERE schemaname = 'alk'"
+                    " AND relname LIKE 'jobs%%' AND analyze_count > 0").fetchone()
+            assert row is not None
+            return int(row[0])
+        finally:
+            bench_ctx.server.drop_db(database)
+
+    assert analyzed({ANALYZE_ENV: "1"}) > 0
+    assert analyzed({ANALYZE_ENV: "0"}) == 0
+
+
+def test_every_e2e_system_runs_on_statistics_and_graphile_worker_also_without() -> None:
+    systems = rows_e2e._systems()
+    asked = {label: (env or {}).get(ANALYZE_ENV) for label, _runner, env in systems}
+    assert asked.pop(rows_e2e.UNANALYZED) == "0"
+    assert set(asked.values()) == {"1"}
+    assert rows_e2e.REFERENCE in asked  # the target's reference is the one with statistics
+    assert {runner for _label, runner, _env in systems} == set(rows_e2e.PEERS)
 
 
 def test_memory_row_reads_the_rss_of_each_worker_form(bench_ctx: Context) -> None:
