@@ -119,8 +119,7 @@ def _systems() -> list[tuple[str, str, dict[str, str] | None]]:
     "e2e.process",
     "e2e",
     "enqueue and process N no-op jobs",
-    "Each system enqueues N no-op jobs with its bulk API, takes its planner statistics (ANALYZE, as "
-    "autovacuum would), then its worker (configured as its docs "
+    "Each system enqueues N no-op jobs with its bulk API and ANALYZEs, then its worker (configured as its docs "
     "recommend for throughput; graphile-worker with its performance preset) processes them; jobs/s = N / "
     "time from worker start to the N-th handler run. Repeated, the systems taking turns (round robin, "
     "the order rotating each round), medians reported. Durable commits: the server's settings. "
