@@ -13,7 +13,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from tests.helpers import calls_of, one, sqlstate_of
+from tests.conftest import pin_clock
+from tests.helpers import calls_of, one, sqlstate_of, until
 
 
 def slot_of(db: psycopg.Connection, job_id: int) -> int:
@@ -95,13 +96,32 @@ def test_a_rotation_gives_the_space_back_while_a_snapshot_is_held(db, connect):
     holder.rollback()
 
 
+def after_the_drain(db: psycopg.Connection) -> str:
+    """alk.rotate_jobs once the switch's drain (2 s of alk.now()) is over: the
+    live jobs the claims have not taken then move (0049). The clock is pinned
+    past it for this one call."""
+    pin_clock(db, one(db, "SELECT rotated_at FROM alk.job_slots") + 2)
+    try:
+        return str(one(db, "SELECT alk.rotate_jobs()"))
+    finally:
+        pin_clock(db, None)
+
+
+def held_for_a_second(db: psycopg.Connection) -> None:
+    """Until alk._horizon_held says a snapshot holds dead rows back: the
+    holder's transaction is then over a second old (polling the answer, a
+    second at most)."""
+    until(lambda: one(db, "SELECT alk._horizon_held()") is True, "the holder's transaction a second old")
+
+
 def test_not_due_until_min_jobs_of_the_slot_are_settled(db):
     db.execute("SELECT alk.enqueue_batch('q', array_fill('{}'::jsonb, ARRAY[10]))")
     assert one(db, "SELECT alk.rotate_jobs(5)") == "not due"  # ten taken, none settled
     settle(db, 4)
     assert one(db, "SELECT alk.rotate_jobs(5)") == "not due"
     settle(db, 1)
-    assert one(db, "SELECT alk.rotate_jobs(5)") == "rotated"  # five settled, five live
+    assert one(db, "SELECT alk.rotate_jobs(5)") == "moving"  # five settled, five live: the switch
+    assert after_the_drain(db) == "rotated"
     assert one(db, "SELECT moved_in FROM alk.job_slots") == 5
     assert one(db, "SELECT alk.rotate_jobs(1)") == "not due"  # counted from the rotation on
     assert one(db, "SELECT rotations FROM alk.job_slots") == 1
@@ -116,8 +136,111 @@ def test_no_more_live_jobs_are_moved_than_settled_ones_cleared(db):
     settle(db, 4)
     assert one(db, "SELECT alk.rotate_jobs(10)") == "not due"  # 14 settled, 16 live
     settle(db, 1)
-    assert one(db, "SELECT alk.rotate_jobs(10)") == "rotated"  # 15 and 15
+    assert one(db, "SELECT alk.rotate_jobs(10)") == "moving"  # 15 and 15: the switch
+    assert after_the_drain(db) == "rotated"
     assert one(db, "SELECT moved_in FROM alk.job_slots") == 15
+
+
+def test_live_jobs_are_left_to_the_claims_for_the_drain(db):
+    # 0049: moving a live job costs the slot's lock; a claim takes it for free.
+    db.execute("SELECT alk.enqueue_batch('q', array_fill('{}'::jsonb, ARRAY[30]))")
+    settle(db, 15)
+    old = current_slot(db)
+    assert one(db, "SELECT alk.rotate_jobs(10)") == "moving"  # due: 15 settled, 15 live
+    assert current_slot(db) == 1 - old  # new jobs go to the other slot at once
+    assert one(db, "SELECT draining_slot FROM alk.job_slots") == old
+    assert one(db, "SELECT moved_in FROM alk.job_slots") == 0  # none moved
+    assert one(db, f"SELECT count(*) FROM alk.jobs_{old} WHERE state = 'pending'") == 15
+    newer = one(db, "SELECT alk.enqueue('q', '{}')")
+    assert slot_of(db, newer) == 1 - old
+    with db.transaction():  # within the drain: an answer, no lock, nothing moved
+        assert one(db, "SELECT alk.rotate_jobs(10)") == "moving"
+        assert not locked(db, f"alk.jobs_{old}")
+    settle(db, 16)  # the claims take the old slot's jobs first (the oldest), then the newer one
+    assert one(db, "SELECT count(*) FROM alk.jobs") == 0
+    assert after_the_drain(db) == "rotated"
+    assert one(db, "SELECT moved_in FROM alk.job_slots") == 0  # nothing was left to move
+    assert one(db, "SELECT draining_slot FROM alk.job_slots") is None
+    assert one(db, "SELECT rotations FROM alk.job_slots") == 1
+
+
+def test_what_the_claims_left_moves_after_the_drain_with_every_token(db):
+    db.execute("SELECT alk.enqueue_batch('q', array_fill('{}'::jsonb, ARRAY[30]))")
+    settle(db, 15)
+    running = one(db, "SELECT id FROM alk.claim('q', 'w', 1)")
+    old = current_slot(db)
+    assert one(db, "SELECT alk.rotate_jobs(10)") == "moving"
+    assert after_the_drain(db) == "rotated"
+    assert one(db, "SELECT moved_in FROM alk.job_slots") == 15  # 14 pending and the running one
+    assert one(db, f"SELECT count(*) FROM alk.jobs_{1 - old}") == 15
+    assert one(db, "SELECT alk.heartbeat(%s, 'w', 2, queue => 'q')", running) is False
+    assert one(db, "SELECT alk.ack(%s, 'w', 1, 'q')", running) is True
+
+
+def test_min_jobs_0_ends_a_drain_now(db):
+    db.execute("SELECT alk.enqueue_batch('q', array_fill('{}'::jsonb, ARRAY[30]))")
+    settle(db, 15)
+    assert one(db, "SELECT alk.rotate_jobs(10)") == "moving"
+    assert one(db, "SELECT alk.rotate_jobs(0)") == "rotated"  # asked for now: no drain
+    assert one(db, "SELECT moved_in FROM alk.job_slots") == 15
+
+
+def test_under_a_held_snapshot_the_live_jobs_move_at_once(db, connect):
+    # Nothing clears the old slot's settled entries then, and every claim
+    # walks them: moving the live jobs at once is the cheaper way (0049).
+    holder = connect()
+    holder.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+    holder.execute("SELECT 1")
+    db.execute("SELECT alk.enqueue_batch('q', array_fill('{}'::jsonb, ARRAY[30]))")
+    settle(db, 15)
+    held_for_a_second(db)
+    assert one(db, "SELECT alk.rotate_jobs(10)") == "rotated"
+    assert one(db, "SELECT moved_in FROM alk.job_slots") == 15
+    holder.rollback()
+
+
+def test_a_drain_ends_once_a_snapshot_is_held(db, connect):
+    db.execute("SELECT alk.enqueue_batch('q', array_fill('{}'::jsonb, ARRAY[30]))")
+    settle(db, 15)
+    assert one(db, "SELECT alk.rotate_jobs(10)") == "moving"  # no snapshot held: left to drain
+    holder = connect()
+    holder.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+    holder.execute("SELECT 1")
+    held_for_a_second(db)
+    assert one(db, "SELECT alk.rotate_jobs(10)") == "rotated"  # within the drain, yet moved now
+    assert one(db, "SELECT moved_in FROM alk.job_slots") == 15
+    holder.rollback()
+
+
+def test_what_holds_dead_rows_back(db, connect):
+    assert one(db, "SELECT alk._horizon_held()") is False
+    # A snapshot in this database, once its transaction is a second old.
+    holder = connect()
+    holder.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+    holder.execute("SELECT 1")
+    held_for_a_second(db)
+    holder.rollback()
+    assert one(db, "SELECT alk._horizon_held()") is False
+    # An open transaction with an id, idle between its statements.
+    writer = connect()
+    writer.execute("BEGIN")
+    writer.execute("SELECT pg_current_xact_id()")
+    held_for_a_second(db)
+    writer.rollback()
+    assert one(db, "SELECT alk._horizon_held()") is False
+
+
+def test_a_snapshot_in_another_database_holds_nothing_here(db, connect, second_dsn):
+    other = psycopg.connect(second_dsn, autocommit=True)
+    try:
+        other.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        other.execute("SELECT 1")
+        until(lambda: one(db, "SELECT now() - xact_start > interval '1 second' FROM pg_stat_activity"
+                              " WHERE pid = %s", other.info.backend_pid) is True,
+              "the other database's transaction a second old")
+        assert one(db, "SELECT alk._horizon_held()") is False
+    finally:
+        other.close()
 
 
 def test_min_jobs_0_rotates_now(db):
@@ -235,7 +358,7 @@ def test_a_backlog_over_a_step_is_moved_in_steps(db):
 def rotate_in_steps(db: psycopg.Connection, min_jobs: int = 0, step: int = 4, max_live: int = 1000) -> str:
     """alk.rotate_jobs with small bounds (alk._rotate_jobs): a step of at
     most ``step`` rows, counts of at most ``max_live`` live jobs."""
-    return str(one(db, "SELECT alk._rotate_jobs(%s, %s, %s)", min_jobs, step, max_live))
+    return str(one(db, "SELECT alk._rotate_jobs(%s, %s, %s, 0)", min_jobs, step, max_live))
 
 
 def test_while_a_slot_is_emptied_in_steps_every_job_and_token_holds(db):
@@ -346,7 +469,8 @@ def test_the_jobs_a_rotation_moved_in_count_once_settled(db):
     settle(db, 1)
     assert one(db, "SELECT alk.rotate_jobs(100)") == "not due"  # 100 settled, but 200 live
     settle(db, 50)
-    assert one(db, "SELECT alk.rotate_jobs(100)") == "rotated"
+    assert one(db, "SELECT alk.rotate_jobs(100)") == "moving"
+    assert after_the_drain(db) == "rotated"
     assert one(db, "SELECT moved_in FROM alk.job_slots") == 150
 
 
@@ -372,7 +496,7 @@ def test_live_moved_jobs_answer_without_the_lock(db):
 
 @pytest.mark.parametrize("rotation", [
     "SELECT alk.rotate_jobs(0)",
-    "SELECT alk._rotate_jobs(0, 7, 100000)",  # slots emptied 7 rows a call
+    "SELECT alk._rotate_jobs(0, 7, 100000, 0)",  # slots emptied 7 rows a call
 ], ids=["whole", "in_steps"])
 def test_concurrent_work_and_rotations_lose_nothing_and_run_nothing_twice(dsn, connect, rotation):
     """Producers, claimers that ack, retry or let leases lapse, and a rotator,
