@@ -67,19 +67,24 @@ class Rotator:
         (The count grows as settles commit, so a call always follows the
         last of them.)"""
         seen = self._settled()
-        moving = False
+        again = False  # call at the next tick, settles or not
         while not self._closed.is_set() and not self._given_up:
             wait = ROTATE_EVERY
             now = self._settled()
-            # A rotation that emptied its slot only in part goes on at the
-            # next tick, settles or not: the slot's space comes back only
-            # once it is empty.
-            if now != seen or moving:
+            if now != seen or again:
                 seen = now
                 answer = self._rotate()
-                moving = answer == MOVING
-                if answer in _REFUSALS:
-                    wait = AFTER_REFUSED
+                if answer is None:
+                    # Failed: the slot may be due or half emptied, and the
+                    # next settle may be far off. Asked again a little later.
+                    again, wait = True, AFTER_REFUSED
+                else:
+                    # A rotation that emptied its slot only in part (or
+                    # leaves it to drain) goes on at the next tick: the
+                    # slot's space comes back only once it is empty.
+                    again = answer == MOVING
+                    if answer in _REFUSALS:
+                        wait = AFTER_REFUSED
             self._closed.wait(wait)
         if not self._given_up and self._settled() != seen:
             self._rotate()

@@ -98,3 +98,30 @@ async def test_a_worker_goes_on_emptying_a_slot_without_settling_more(alk, db, d
     await run_beside(worker, watch)
     assert worker.counts.acked == 1
     assert one(db, "SELECT count(*) FROM alk.jobs") == 40_001
+
+
+async def test_a_failed_call_does_not_end_a_rotation_that_was_moving(alk, db, dsn, monkeypatch):
+    # The first call after the settle fails as a lost connection would; the
+    # worker asks again at its next tick, not only after its next settle.
+    await alk.queue("elsewhere").enqueue_batch([{}] * 40_001)
+    assert await alk.rotate_jobs(min_jobs=0) == "moving"
+    await alk.queue("q").enqueue({})
+    real = rotation.rotate_jobs
+    failures = [psycopg.OperationalError("the connection was lost")]
+
+    async def failing_once(executor):  # type: ignore[no-untyped-def]
+        if failures:
+            raise failures.pop()
+        return await real(executor)
+
+    monkeypatch.setattr(rotation, "rotate_jobs", failing_once)
+    worker = alk.worker("q", noop, concurrency=1, handle_signals=False)
+
+    def watch() -> None:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            until(lambda: not failures and one(conn, "SELECT draining_slot IS NULL FROM alk.job_slots"),
+                  "the slot emptied after a failed call")
+
+    await run_beside(worker, watch)
+    assert worker.counts.acked == 1
+    assert one(db, "SELECT count(*) FROM alk.jobs") == 40_001
