@@ -33,7 +33,9 @@ ROTATE_EVERY = 0.1
 #: lock holds up the claims queued behind it for a moment) or 'too many live
 #: jobs' (each counted over 20,000 of them, and the backlog settles no faster).
 AFTER_REFUSED = 0.5
-_REFUSALS = ("locked", "too many live jobs")
+#: The answer of a call that could not take its locks.
+LOCKED = "locked"
+_REFUSALS = (LOCKED, "too many live jobs")
 #: The answer of a call that moved a step of a slot's rows and left more.
 MOVING = "moving"
 #: The longest a stopping worker waits for its last call (alk.rotate_jobs
@@ -73,9 +75,11 @@ class AsyncRotator:
             if now != seen or again:
                 seen = now
                 answer = await self._rotate()
-                if answer is None:
-                    # Failed: the slot may be due or half emptied, and the
-                    # next settle may be far off. Asked again a little later.
+                if answer is None or answer == LOCKED:
+                    # Failed, or the lock was not to be had (an old
+                    # transaction, a VACUUM of the slot): the slot may be due
+                    # or half emptied, and the next settle may be far off.
+                    # Asked again a little later.
                     again, wait = True, AFTER_REFUSED
                 else:
                     # A rotation that emptied its slot only in part (or

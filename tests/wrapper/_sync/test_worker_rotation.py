@@ -126,3 +126,34 @@ def test_a_failed_call_does_not_end_a_rotation_that_was_moving(alk, db, dsn, mon
     run_beside(worker, watch)
     assert worker.counts.acked == 1
     assert one(db, "SELECT count(*) FROM alk.jobs") == 40_001
+
+
+def rotation_answers(worker: object) -> dict[str, int]:
+    """How the worker's rotation calls answered (Rotator.answers)."""
+    return dict(worker._rotator.answers)  # type: ignore[attr-defined]
+
+
+def test_a_locked_answer_does_not_end_a_rotation_that_was_moving(alk, db, dsn, connect):
+    # An old transaction holds the draining slot: the worker's calls answer
+    # 'locked' until it ends, and the worker goes on asking, settles or not.
+    alk.queue("elsewhere").enqueue_batch([{}] * 40_001)
+    assert alk.rotate_jobs(min_jobs=0) == "moving"
+    draining = one(db, "SELECT draining_slot FROM alk.job_slots")
+    holder = connect()
+    holder.execute("BEGIN")
+    holder.execute(f"SELECT count(*) FROM alk.jobs_{draining}")
+    until(lambda: one(db, "SELECT now() - xact_start > interval '1 second' FROM pg_stat_activity WHERE pid = %s",
+                      holder.info.backend_pid) is True, "the holder a second old")
+    assert alk.rotate_jobs(min_jobs=0) == "locked"
+    alk.queue("q").enqueue({})
+    worker = alk.worker("q", noop, concurrency=1, handle_signals=False)
+
+    def watch() -> None:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            until(lambda: worker.counts.acked == 1, "the job settled")
+            until(lambda: (rotation_answers(worker).get("locked", 0) > 0), "a locked answer to the worker")
+            holder.rollback()
+            until(lambda: one(conn, "SELECT draining_slot IS NULL FROM alk.job_slots"),
+                  "the slot emptied after the holder ended")
+
+    run_beside(worker, watch)
