@@ -29,6 +29,13 @@ def until(predicate: Callable[[], bool], what: str, deadline: float = DEADLINE) 
     raise AssertionError(f"timed out waiting for {what}")
 
 
+def until_a_second_old(db: psycopg.Connection, other: psycopg.Connection, what: str) -> None:
+    """Return once ``other``'s transaction is over a second old by the
+    server's clock (what the rotation calls an old transaction), polling."""
+    until(lambda: one(db, "SELECT clock_timestamp() - xact_start > interval '1 second' FROM pg_stat_activity"
+                          " WHERE pid = %s", other.info.backend_pid) is True, what)
+
+
 async def until_async(predicate: Callable[[], bool], what: str, deadline: float = DEADLINE) -> None:
     """`until` for a coroutine: the event loop keeps running while it polls."""
     end = time.monotonic() + deadline

@@ -14,7 +14,7 @@ import psycopg
 import pytest
 
 from tests.conftest import pin_clock
-from tests.helpers import calls_of, one, sqlstate_of, until
+from tests.helpers import calls_of, one, sqlstate_of, until, until_a_second_old
 
 
 def slot_of(db: psycopg.Connection, job_id: int) -> int:
@@ -235,9 +235,7 @@ def test_a_snapshot_in_another_database_holds_nothing_here(db, connect, second_d
     try:
         other.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
         other.execute("SELECT 1")
-        until(lambda: one(db, "SELECT now() - xact_start > interval '1 second' FROM pg_stat_activity"
-                              " WHERE pid = %s", other.info.backend_pid) is True,
-              "the other database's transaction a second old")
+        until_a_second_old(db, other, "the other database's transaction a second old")
         assert one(db, "SELECT alk._horizon_held()") is False
     finally:
         other.close()
@@ -259,12 +257,7 @@ def test_an_old_transaction_on_the_jobs_makes_it_return_at_once_and_block_nobody
     reader = connect()
     reader.execute("BEGIN")
     reader.execute("SELECT count(*) FROM alk.jobs")  # a pg_dump-like reader: ACCESS SHARE on every slot
-    # The rule is about the holder's age: poll the server until it is over a second old.
-    deadline = time.monotonic() + 10
-    while one(db, "SELECT clock_timestamp() - xact_start > interval '1 second' FROM pg_stat_activity"
-                  " WHERE pid = %s", reader.info.backend_pid) is not True:
-        assert time.monotonic() < deadline
-        db.execute("SELECT pg_sleep(0.05)")
+    until_a_second_old(db, reader, "the reader a second old")  # the rule is about the holder's age
     started = time.monotonic()
     assert one(db, "SELECT alk.rotate_jobs(0)") == "locked"
     assert time.monotonic() - started < 0.05  # no wait behind an old holder

@@ -12,7 +12,7 @@ import pytest
 
 from pyalk import AsyncAlk, AsyncJobHandle
 from pyalk._async.worker import rotation
-from tests.helpers import one, until
+from tests.helpers import one, until, until_a_second_old
 from tests.wrapper._async.running import run_beside
 
 JOBS = 10_001  # alk.rotate_jobs' default min_jobs, and one
@@ -141,8 +141,7 @@ async def test_a_locked_answer_does_not_end_a_rotation_that_was_moving(alk, db, 
     holder = connect()
     holder.execute("BEGIN")
     holder.execute(f"SELECT count(*) FROM alk.jobs_{draining}")
-    until(lambda: one(db, "SELECT now() - xact_start > interval '1 second' FROM pg_stat_activity WHERE pid = %s",
-                      holder.info.backend_pid) is True, "the holder a second old")
+    until_a_second_old(db, holder, "the holder a second old")
     assert await alk.rotate_jobs(min_jobs=0) == "locked"
     await alk.queue("q").enqueue({})
     worker = alk.worker("q", noop, concurrency=1, handle_signals=False)
