@@ -72,13 +72,11 @@ def parse_args(argv: list[str] | None = None) -> Args:
     return Args(ns.dsn, ns.url, ns.jobs, ns.concurrency, ns.node_modules, ns.timeout)
 
 
-def analyze_asked() -> bool:
-    """Whether the row asked for statistics before the worker starts."""
-    return os.environ.get(ANALYZE_ENV, "") == "1"
-
-
-async def analyze(dsn: str) -> None:
-    """ANALYZE the runner's database (every table: each system's own)."""
+async def analyze_if_asked(dsn: str) -> None:
+    """ANALYZE the runner's database (every table: each system's own) when
+    the row asked for statistics before the worker starts (ANALYZE_ENV)."""
+    if os.environ.get(ANALYZE_ENV, "") != "1":
+        return
     import psycopg
 
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:

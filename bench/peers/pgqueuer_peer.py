@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from importlib.metadata import version
 
-from bench.peers.common import CHUNK, Args, Countdown, PeerResult, PeerUnavailable, analyze, analyze_asked, main
+from bench.peers.common import CHUNK, Args, Countdown, PeerResult, PeerUnavailable, analyze_if_asked, main
 
 
 async def run(args: Args) -> PeerResult:
@@ -33,8 +33,7 @@ async def run(args: Args) -> PeerResult:
             k = min(CHUNK, args.jobs - start)
             await queries.enqueue(["noop"] * k, [b"{}"] * k, [0] * k)
         enqueue_s = time.perf_counter() - t0
-        if analyze_asked():
-            await analyze(args.dsn)
+        await analyze_if_asked(args.dsn)
 
         countdown = Countdown(args.jobs)
         qm = QueueManager(Queries(AsyncpgDriver(worker_conn)))

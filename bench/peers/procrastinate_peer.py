@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 from importlib.metadata import version
 
-from bench.peers.common import CHUNK, Args, Countdown, PeerResult, PeerUnavailable, analyze, analyze_asked, main
+from bench.peers.common import CHUNK, Args, Countdown, PeerResult, PeerUnavailable, analyze_if_asked, main
 
 
 async def run(args: Args) -> PeerResult:
@@ -30,8 +30,7 @@ async def run(args: Args) -> PeerResult:
         for start in range(0, args.jobs, CHUNK):
             await noop.batch_defer_async(*({"n": i} for i in range(start, min(args.jobs, start + CHUNK))))
         enqueue_s = time.perf_counter() - t0
-        if analyze_asked():
-            await analyze(args.dsn)
+        await analyze_if_asked(args.dsn)
         countdown.start()
         await app.run_worker_async(
             queues=["bench"],

@@ -36,7 +36,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from bench.peers.common import CHUNK, Args, Countdown, PeerResult, PeerUnavailable, analyze, analyze_asked, main
+from bench.peers.common import CHUNK, Args, Countdown, PeerResult, PeerUnavailable, analyze_if_asked, main
 
 QUEUE = "bench"
 VARIANTS = ("async", "threaded")
@@ -165,8 +165,7 @@ async def run(args: Args) -> PeerResult:
     from pyalk._async.worker import PREFETCH
 
     enqueue_s = await _enqueue(args)
-    if analyze_asked():
-        await analyze(args.dsn)
+    await analyze_if_asked(args.dsn)
     checkpoints = _memory_checkpoints()
     if variant == "async":
         countdown = await _process_async(args, checkpoints)
