@@ -10,7 +10,8 @@
 -- in steps, so a backlog over 20,000 rotates too; 0045 counts its keyed
 -- jobs with alk._slot_live; 0048 counts a slot over 100,000 live jobs once
 -- the statistics say it may be due; 0049 leaves a slot's live jobs to the
--- claims for a moment before moving them, unless a snapshot is held.
+-- claims for a moment before moving them, unless a snapshot is held; 0050
+-- keeps the even split above 20,000 live jobs while a snapshot is held.
 
 -- A claim walks the pending index of every slot from the front, and each
 -- entry a claim or an ack left behind costs it a heap visit until VACUUM
@@ -22,8 +23,9 @@
 -- since the last rotation (new ids) and for every live job that rotation
 -- moved in; settled, each is an entry a claim walks past. It is due once
 -- min_jobs of those entries are settled and no more of them are live than
--- settled, or once a tenth of min_jobs are settled and none is live (the
--- rotation then moves nothing); min_jobs 0 asks for one now. A rotation
+-- settled (half as many above step_rows live, unless a snapshot is held),
+-- or once a tenth of min_jobs are settled and none is live (the rotation
+-- then moves nothing); min_jobs 0 asks for one now. A rotation
 -- moves the live jobs under the slot's lock (about 2 ms per 1,000, every
 -- claim and settle waiting), so it waits until it clears at least as many
 -- entries as it moves: until 0042 it was also due once min_jobs ids were
@@ -213,16 +215,20 @@ BEGIN
         -- did (a burst of 100,000 moved 50,000, 25,000 and 12,500 at an
         -- even split, 3.6% of its run), while a backlog that never drains
         -- still rotates (at four times, its claims decayed to 0.44 of the
-        -- first run before it did). So it is due exactly when at most bound
-        -- jobs are live: the count stops at bound + 1, and the pass over
-        -- the slot it costs is before the lock, which it may spare
-        -- everybody. A backlog over step_rows not yet due says so ('too
-        -- many live jobs': the caller waits longer before the next count).
+        -- first run before it did). Unless a snapshot holds dead rows back
+        -- (0050): then every claim walks every settled entry (about 0.4 us
+        -- a job per 1,000), and waiting for twice as many costs a backlog
+        -- more than the moves it saves (7.5 us a row), so the even split
+        -- holds at any size. So it is due exactly when at most bound jobs
+        -- are live: the count stops at bound + 1, and the pass over the
+        -- slot it costs is before the lock, which it may spare everybody.
+        -- A backlog over step_rows not yet due says so ('too many live
+        -- jobs': the caller waits longer before the next count).
         IF min_jobs = 0 THEN
             bound := max_live;
         ELSE
             bound := (taken + moved) / 2;
-            IF bound > step_rows THEN
+            IF bound > step_rows AND NOT alk._horizon_held() THEN
                 bound := greatest(step_rows, (taken + moved) / 3);
             END IF;
             bound := greatest(least(taken + moved - min_jobs, bound), 0);
@@ -310,7 +316,7 @@ $$;
 COMMENT ON FUNCTION alk.rotate_jobs(bigint) IS
 'Rotate the job storage once min_jobs of the jobs the current slot took since the last rotation, or that the last '
 'rotation moved into it, are settled and no more of them are live than settled, or half as many with over 20,000 '
-'live (a tenth of min_jobs once none of them is live; min_jobs 0: now): new jobs go to the other slot from then on, the slot''s pending and processing jobs '
+'live and no snapshot over a second old holding dead rows back (a tenth of min_jobs once none of them is live; min_jobs 0: now): new jobs go to the other slot from then on, the slot''s pending and processing jobs '
 'move there (those the claims have not taken within 1 to 2 s, unless min_jobs is 0 or a snapshot over a second old '
 'holds dead rows back: then at once) and its dead and completed jobs to the kept slot, at most 20,000 rows a call, and once none is left it '
 'is emptied with TRUNCATE, which gives the space back even while a snapshot holds VACUUM back. Waits at most 100 ms '

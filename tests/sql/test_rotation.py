@@ -427,6 +427,29 @@ def test_above_a_step_twice_as_many_settled_as_live_are_needed(db):
     assert rotate_in_steps(db, min_jobs=1, step=10) == "rotated"  # 5 and 5
 
 
+def test_under_a_held_snapshot_no_more_live_than_settled_is_enough_above_a_step(db, connect):
+    # Every claim walks every settled entry then, so waiting for twice as
+    # many costs more than the moves it saves (0050).
+    db.execute("SELECT alk.enqueue_batch('q', array_fill('{}'::jsonb, ARRAY[30]))")
+    settle(db, 15)
+    assert rotate_in_steps(db, min_jobs=1) == "too many live jobs"  # 15 live over a step of 4: 15 < 30
+    holder = connect()
+    holder.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+    holder.execute("SELECT 1")
+    held_for_a_second(db)
+    answers = [rotate_in_steps(db, min_jobs=1)]
+    while answers[-1] == "moving":
+        answers.append(rotate_in_steps(db, min_jobs=1))
+    assert answers == ["moving"] * 3 + ["rotated"]  # 15 live rows, 4 a step: the fourth call finds three
+    assert one(db, "SELECT moved_in FROM alk.job_slots") == 15
+    holder.rollback()
+    # Released, twice as many again.
+    settle(db, 14)  # 15 live jobs moved in, 14 settled: 1 live
+    db.execute("SELECT alk.enqueue_batch('q', array_fill('{}'::jsonb, ARRAY[20]))")
+    settle(db, 6)  # 35 entries: 15 live, 20 settled
+    assert rotate_in_steps(db, min_jobs=1) == "too many live jobs"
+
+
 def test_a_backlog_not_yet_due_or_too_big_to_count_answers_without_the_lock(db, connect):
     db.execute("SELECT alk.enqueue_batch('q', array_fill('{}'::jsonb, ARRAY[30]))")
     settle(db, 10)
