@@ -317,6 +317,23 @@ def test_the_backlog_soak_runs_in_quick_mode(bench_ctx: Context, monkeypatch: py
     assert judged["measured"].startswith("pyalk worst/best ")
 
 
+def test_a_scheduled_backlog_counts_once_in_the_statistics(bench_ctx: Context) -> None:
+    """The backlog's rows are live tuples once in the statistics: a VACUUM
+    before its inserts were flushed had them counted twice."""
+    database = bench_ctx.server.create_db("alk_bench_backlog")
+    try:
+        with psycopg.connect(bench_ctx.server.dsn_for(database), autocommit=True) as conn:
+            install_pyalk(conn, None)
+            rows_soak.schedule_ahead(conn, rows_soak.PYALK, 3000)
+            conn.execute("SELECT pg_stat_force_next_flush()")
+            conn.execute("SELECT 1")  # idle between the two: flushed
+            live = conn.execute("SELECT sum(n_live_tup) FROM pg_stat_user_tables"
+                                " WHERE schemaname = 'alk' AND relname LIKE 'jobs%%'").fetchone()
+        assert live is not None and live[0] == 3000
+    finally:
+        bench_ctx.server.drop_db(database)
+
+
 def test_the_ops_rows_run_in_quick_mode(bench_ctx: Context) -> None:
     """Both issue 27 rows: with and without the beating registry, retention off and on, interleaved."""
     registry, retention = _run(bench_ctx, "ops.registry_cost", "ops.retention_cost")
