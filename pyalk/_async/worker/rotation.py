@@ -35,9 +35,15 @@ ROTATE_EVERY = 0.1
 AFTER_REFUSED = 0.5
 #: The answer of a call that could not take its locks.
 LOCKED = "locked"
-_REFUSALS = (LOCKED, "too many live jobs")
 #: The answer of a call that moved a step of a slot's rows and left more.
 MOVING = "moving"
+#: Answers (None: the call failed) after which the slot may be due, half
+#: emptied or draining while the next settle may be far off: asked again at
+#: the next tick, settles or not (the slot's space comes back only once it
+#: is empty).
+_ASK_AGAIN = (None, LOCKED, MOVING)
+#: Answers after which that tick is AFTER_REFUSED away.
+_WAIT_LONGER = (None, LOCKED, "too many live jobs")
 #: The longest a stopping worker waits for its last call (alk.rotate_jobs
 #: waits at most 100 ms for its lock, then moves at most 20,000 rows).
 LAST_CALL_WITHIN = 2.0
@@ -75,19 +81,9 @@ class AsyncRotator:
             if now != seen or again:
                 seen = now
                 answer = await self._rotate()
-                if answer is None or answer == LOCKED:
-                    # Failed, or the lock was not to be had (an old
-                    # transaction, a VACUUM of the slot): the slot may be due
-                    # or half emptied, and the next settle may be far off.
-                    # Asked again a little later.
-                    again, wait = True, AFTER_REFUSED
-                else:
-                    # A rotation that emptied its slot only in part (or
-                    # leaves it to drain) goes on at the next tick: the
-                    # slot's space comes back only once it is empty.
-                    again = answer == MOVING
-                    if answer in _REFUSALS:
-                        wait = AFTER_REFUSED
+                again = answer in _ASK_AGAIN
+                if answer in _WAIT_LONGER:
+                    wait = AFTER_REFUSED
             await self._closed.wait(wait)
         if not self._given_up and self._settled() != seen:
             await self._rotate()
