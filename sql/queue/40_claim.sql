@@ -203,25 +203,21 @@ LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
     -- One probe per distinct pending priority (jobs_claim_pending), as
-    -- alk.next_claim_at walks them, stopping at the first with a due job.
-    WITH RECURSIVE priorities(priority) AS (
-        (SELECT j.priority FROM alk.jobs j
+    -- alk._claim walks them, stopping at the first with a due job: the
+    -- first entry of a priority holds its earliest run_at.
+    WITH RECURSIVE priorities(priority, run_at, id) AS (
+        (SELECT j.priority, j.run_at, j.id FROM alk.jobs j
           WHERE j.slot <> 2 AND j.queue = $1 AND j.state = 'pending' AND j.after_left = 0
-          ORDER BY j.priority DESC LIMIT 1)
+          ORDER BY j.priority DESC, j.run_at, j.id LIMIT 1)
         UNION ALL
-        SELECT (SELECT j.priority FROM alk.jobs j
-                 WHERE j.slot <> 2 AND j.queue = $1 AND j.state = 'pending' AND j.after_left = 0 AND j.priority < p.priority
-                 ORDER BY j.priority DESC LIMIT 1)
-          FROM priorities p WHERE p.priority IS NOT NULL
+        SELECT f.priority, f.run_at, f.id
+          FROM priorities p
+         CROSS JOIN LATERAL (
+            SELECT j.priority, j.run_at, j.id FROM alk.jobs j
+             WHERE j.slot <> 2 AND j.queue = $1 AND j.state = 'pending' AND j.after_left = 0 AND j.priority < p.priority
+             ORDER BY j.priority DESC, j.run_at, j.id LIMIT 1) f
     )
-    -- LATERAL with LIMIT 1: one index probe per priority. As an EXISTS the
-    -- planner made it a hash semi-join over every pending job of the queue
-    -- (42 ms at 2 x 10^5 pending, measured).
-    SELECT EXISTS (SELECT FROM priorities p
-                    CROSS JOIN LATERAL (SELECT FROM alk.jobs j
-                                         WHERE j.slot <> 2 AND j.queue = $1 AND j.state = 'pending' AND j.after_left = 0
-                                           AND j.priority = p.priority AND j.run_at <= $2 LIMIT 1) d
-                    WHERE p.priority IS NOT NULL)
+    SELECT EXISTS (SELECT FROM priorities p WHERE p.run_at <= $2)
 $$;
 COMMENT ON FUNCTION alk._due_pending(text, bigint) IS
 'internal: whether the queue has a due pending job with nothing left to wait for';
@@ -316,24 +312,27 @@ BEGIN
         -- Lock the first due rows in claim order from both sources: pending
         -- rows whose run_at has come, and processing rows whose lease lapsed.
         -- Due rows without walking future ones: a loose index scan visits
-        -- each distinct pending priority in claim order (one probe each);
-        -- within a priority jobs_claim_pending is in run_at order, so
-        -- run_at <= clock is an index bound that stops at the first future
-        -- row. The nested loop is pulled lazily under the LIMIT: once wanted
+        -- each distinct pending priority in claim order (one probe each,
+        -- which finds the priority's first entry); within a priority
+        -- jobs_claim_pending is in run_at order, so the due scan starts at
+        -- that entry and run_at <= clock is an index bound that stops at the
+        -- first future row. The nested loop is pulled lazily under the LIMIT: once wanted
         -- rows are found, lower priorities are neither probed nor locked.
         -- Each locked row is split here into live (to claim) and dead (out
         -- of attempts, counted as attempts - attempts_refunded, or expired:
         -- to bury), so the claim's UPDATE is a plain one and burial, which
         -- is rare, costs a statement only when it happens.
-        WITH RECURSIVE priorities(priority) AS (
-            (SELECT j.priority FROM alk.jobs j
+        WITH RECURSIVE priorities(priority, run_at, id) AS (
+            (SELECT j.priority, j.run_at, j.id FROM alk.jobs j
               WHERE j.slot <> 2 AND j.queue = _claim.queue AND j.state = 'pending' AND j.after_left = 0
-              ORDER BY j.priority DESC LIMIT 1)
+              ORDER BY j.priority DESC, j.run_at, j.id LIMIT 1)
             UNION ALL
-            SELECT (SELECT j.priority FROM alk.jobs j
-                     WHERE j.slot <> 2 AND j.queue = _claim.queue AND j.state = 'pending' AND j.after_left = 0 AND j.priority < p.priority
-                     ORDER BY j.priority DESC LIMIT 1)
-              FROM priorities p WHERE p.priority IS NOT NULL
+            SELECT f.priority, f.run_at, f.id
+              FROM priorities p
+             CROSS JOIN LATERAL (
+                SELECT j.priority, j.run_at, j.id FROM alk.jobs j
+                 WHERE j.slot <> 2 AND j.queue = _claim.queue AND j.state = 'pending' AND j.after_left = 0 AND j.priority < p.priority
+                 ORDER BY j.priority DESC, j.run_at, j.id LIMIT 1) f
         ), due AS (
             SELECT d.id, d.priority, d.run_at, d.dead, d.group_key
               FROM priorities p
@@ -344,13 +343,17 @@ BEGIN
                   FROM alk.jobs j
                  WHERE j.slot <> 2 AND j.queue = _claim.queue AND j.state = 'pending' AND j.after_left = 0
                    AND j.priority = p.priority AND j.run_at <= clock
+                   -- From the entry the loose scan found on: those before it are
+                   -- settled jobs this statement cannot see, and under a held
+                   -- snapshot no scan can mark them dead, so walking them a
+                   -- second time cost every claim as much again (0051).
+                   AND (j.run_at, j.id) >= (p.run_at, p.id)
                    -- Serial groups: a job whose group is full is passed over.
                    AND (j.group_key IS NULL
                         OR alk._group_has_room(_claim.queue, j.group_key, j.priority, j.run_at, j.id, clock, per_group))
                  ORDER BY j.priority DESC, j.run_at, j.id
                  LIMIT wanted
                    FOR UPDATE SKIP LOCKED) d
-             WHERE p.priority IS NOT NULL
              LIMIT wanted
         ), lapsed AS (
             SELECT j.id, j.priority, j.run_at,
@@ -461,6 +464,7 @@ AS $$
 DECLARE
     clock bigint := alk.now();
     first_run_at bigint;
+    claimable_now boolean;
     first_lease_end bigint;
     next_at bigint;
     lim alk.limited_queues;
@@ -472,35 +476,40 @@ BEGIN
     IF EXISTS (SELECT FROM alk.paused_queues p WHERE p.queue = next_claim_at.queue) THEN
         RETURN NULL;
     END IF;
-    -- The earliest run_at of a pending job. jobs_claim_pending is ordered by
-    -- (priority DESC, run_at), so the minimum over all priorities is the first
-    -- entry of each distinct priority: a loose index scan that costs one probe
-    -- per distinct priority, not one per row.
-    WITH RECURSIVE priorities(priority) AS (
-        (SELECT j.priority FROM alk.jobs j
-          WHERE j.slot <> 2 AND j.queue = next_claim_at.queue AND j.state = 'pending' AND j.after_left = 0
-          ORDER BY j.priority DESC LIMIT 1)
-        UNION ALL
-        SELECT (SELECT j.priority FROM alk.jobs j
-                 WHERE j.slot <> 2 AND j.queue = next_claim_at.queue AND j.state = 'pending' AND j.after_left = 0 AND j.priority < p.priority
-                 ORDER BY j.priority DESC LIMIT 1)
-          FROM priorities p WHERE p.priority IS NOT NULL
-    )
-    SELECT min((SELECT j.run_at FROM alk.jobs j
-                 WHERE j.slot <> 2 AND j.queue = next_claim_at.queue AND j.state = 'pending' AND j.after_left = 0 AND j.priority = p.priority
-                 ORDER BY j.priority DESC, j.run_at LIMIT 1))
-      INTO first_run_at
-      FROM priorities p WHERE p.priority IS NOT NULL;
     SELECT * INTO lim FROM alk.limited_queues l WHERE l.queue = next_claim_at.queue;
+    -- The earliest run_at of a pending job. jobs_claim_pending is ordered by
+    -- (priority DESC, run_at, id), so the minimum over all priorities is the
+    -- first entry of each distinct priority: a loose index scan that costs
+    -- one probe per distinct priority, not one per row. Whether a due job
+    -- can be claimed now is asked of each priority from that entry on, as
+    -- alk._claim scans it: due jobs all in full serial groups are not.
+    WITH RECURSIVE priorities(priority, run_at, id) AS (
+        (SELECT j.priority, j.run_at, j.id FROM alk.jobs j
+          WHERE j.slot <> 2 AND j.queue = next_claim_at.queue AND j.state = 'pending' AND j.after_left = 0
+          ORDER BY j.priority DESC, j.run_at, j.id LIMIT 1)
+        UNION ALL
+        SELECT f.priority, f.run_at, f.id
+          FROM priorities p
+         CROSS JOIN LATERAL (
+            SELECT j.priority, j.run_at, j.id FROM alk.jobs j
+             WHERE j.slot <> 2 AND j.queue = next_claim_at.queue AND j.state = 'pending' AND j.after_left = 0
+               AND j.priority < p.priority
+             ORDER BY j.priority DESC, j.run_at, j.id LIMIT 1) f
+    )
+    SELECT min(p.run_at),
+           coalesce(bool_or(p.run_at <= clock AND EXISTS (
+               SELECT FROM alk.jobs j
+                WHERE j.slot <> 2 AND j.queue = next_claim_at.queue AND j.state = 'pending' AND j.after_left = 0
+                  AND j.priority = p.priority AND j.run_at <= clock AND (j.run_at, j.id) >= (p.run_at, p.id)
+                  AND (j.group_key IS NULL
+                       OR alk._group_has_room(j.queue, j.group_key, j.priority, j.run_at, j.id, clock,
+                                              coalesce(lim.max_running_per_group, 1))))), false)
+      INTO first_run_at, claimable_now
+      FROM priorities p;
     -- Due jobs, all of them in full serial groups: not claimable now, so the
     -- earliest future run_at instead (a group frees up when its running job
     -- ends, by a settle that claims again or by its lease, counted below).
-    IF first_run_at <= clock AND NOT EXISTS (
-        SELECT FROM alk.jobs j
-         WHERE j.slot <> 2 AND j.queue = next_claim_at.queue AND j.state = 'pending' AND j.after_left = 0 AND j.run_at <= clock
-           AND (j.group_key IS NULL
-                OR alk._group_has_room(j.queue, j.group_key, j.priority, j.run_at, j.id, clock,
-                                       coalesce(lim.max_running_per_group, 1)))) THEN
+    IF first_run_at <= clock AND NOT claimable_now THEN
         SELECT min(j.run_at) INTO first_run_at
           FROM alk.jobs j WHERE j.slot <> 2 AND j.queue = next_claim_at.queue AND j.state = 'pending' AND j.after_left = 0
            AND j.run_at > clock;

@@ -9,6 +9,7 @@ on every server version the suite runs on (CI: 18 and 15)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -60,3 +61,34 @@ def test_a_claim_under_statistics_from_an_empty_slot_merges_and_never_sorts_the_
     assert any("alk.jobs" in p["Query Text"] for p in plans)  # the nested statements were seen
     sorts = [(p["Query Text"][:60], key) for p in plans for key in _sorted_appends(p["Plan"])]
     assert sorts == []
+
+
+def _claim_index_reads(db: psycopg.Connection) -> int:
+    """Entries of jobs_claim_pending (every slot's) this backend has read and
+    not yet reported (a backend reports at most once a second, so only the
+    difference between two calls counts)."""
+    return int(one(db, "SELECT sum(pg_stat_get_xact_tuples_returned(i.inhrelid)) FROM pg_inherits i "
+                       "WHERE i.inhparent = 'alk.jobs_claim_pending'::regclass"))
+
+
+def test_under_a_held_snapshot_a_claim_reads_each_settled_entry_once(
+    db: psycopg.Connection, connect: Callable[..., psycopg.Connection],
+) -> None:
+    db.execute("SELECT alk.enqueue_batch('q', array_fill('{}'::jsonb, ARRAY[400]))")
+    holder = connect()
+    holder.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+    holder.execute("SELECT count(*) FROM alk.jobs_kept")
+    # 300 settled ahead of the 100 left: their pending entries point at rows
+    # no claim can see, which no scan may mark dead while the holder's
+    # snapshot sees them, so every claim walks them.
+    taken = db.execute("SELECT id, attempts FROM alk.claim('q', 'w', 300)").fetchall()
+    assert one(db, "SELECT alk.ack_batch(%s, 'w', %s, 'q')", [t[0] for t in taken], [t[1] for t in taken]) == 300
+    reads = []
+    for call in ("SELECT count(*) FROM alk.claim('q', 'w', 1)", "SELECT alk.next_claim_at('q')",
+                 "SELECT alk._due_pending('q', alk.now())"):
+        before = _claim_index_reads(db)
+        assert one(db, call)
+        reads.append(_claim_index_reads(db) - before)
+    # Once each (the loose scan that finds the priority's first entry), not
+    # twice or three times: the scans after it start at that entry (0051).
+    assert all(300 <= n < 400 for n in reads), reads
