@@ -4,7 +4,10 @@
 -- for each settled entry of its slot twice (alk.next_claim_at three times). The loose scan now returns each
 -- priority's first entry (priority, run_at, id) and the scans after it start there: the entries before it are ones
 -- the statement cannot see. That first entry also answers alk._due_pending (is it due?) and alk.next_claim_at (the
--- earliest run_at) without another probe. Same results, same snapshot. The rule lives in sql/queue/40_claim.sql.
+-- earliest run_at) without another probe. One snapshot, so the same jobs, but for one a concurrent commit made
+-- due ahead of that first entry after the snapshot (alk.snooze with a negative delay): it fails the bound when
+-- the claim's lock re-checks it and is left to the next claim, as a row locked then would be. The rule lives in
+-- sql/queue/40_claim.sql.
 
 -- alk._claim(text,text,bigint): changed or new in the current files
 CREATE OR REPLACE FUNCTION alk._claim(queue text, worker_id text, n bigint)
@@ -86,7 +89,11 @@ BEGIN
                    -- From the entry the loose scan found on: those before it are
                    -- settled jobs this statement cannot see, and under a held
                    -- snapshot no scan can mark them dead, so walking them a
-                   -- second time cost every claim as much again (0051).
+                   -- second time cost every claim as much again (0051). A row
+                   -- a concurrent commit has since made due ahead of that entry
+                   -- (alk.snooze with a negative delay) fails the bound when its
+                   -- lock re-checks it and is left to the next claim, as it
+                   -- would be had it been locked at that moment.
                    AND (j.run_at, j.id) >= (p.run_at, p.id)
                    -- Serial groups: a job whose group is full is passed over.
                    AND (j.group_key IS NULL
