@@ -344,13 +344,10 @@ BEGIN
                  WHERE j.slot <> 2 AND j.queue = _claim.queue AND j.state = 'pending' AND j.after_left = 0
                    AND j.priority = p.priority AND j.run_at <= clock
                    -- From the entry the loose scan found on: those before it are
-                   -- settled jobs this statement cannot see, and under a held
-                   -- snapshot no scan can mark them dead, so walking them a
-                   -- second time cost every claim as much again (0051). A row
-                   -- a concurrent commit has since made due ahead of that entry
-                   -- (alk.snooze with a negative delay) fails the bound when its
-                   -- lock re-checks it and is left to the next claim, as it
-                   -- would be had it been locked at that moment.
+                   -- settled jobs this statement cannot see, which under a held
+                   -- snapshot no scan may mark dead (0051). A row a concurrent
+                   -- commit has since made due ahead of it (alk.snooze, negative
+                   -- delay) fails the re-check of its lock: left to the next claim.
                    AND (j.run_at, j.id) >= (p.run_at, p.id)
                    -- Serial groups: a job whose group is full is passed over.
                    AND (j.group_key IS NULL
