@@ -4,9 +4,7 @@
 -- one (alk._horizon_held) every claim walks them all (about 0.4 us a job per 1,000) and waiting costs more than the
 -- moves it saves (7.5 us a row): a backlog of 120,000 under a held snapshot fell to a fifth of its first run before
 -- its slot was due. Now, while a snapshot is held, no more live than settled is enough at any size, as it already
--- was up to 20,000. The same body also asks 0049's drain question in one place, for the call that switches slots
--- and for a later one alike (0049 asked it in two branches; what it answers is unchanged). The rule lives in
--- sql/queue/15_rotation.sql.
+-- was up to 20,000. The rule lives in sql/queue/15_rotation.sql.
 
 -- alk._rotate_jobs(bigint,bigint,bigint,bigint): changed or new in the current files
 CREATE OR REPLACE FUNCTION alk._rotate_jobs(min_jobs bigint, step_rows bigint, max_live bigint, drain_s bigint)
