@@ -14,12 +14,17 @@ from __future__ import annotations
 import asyncio
 import inspect
 import math
+import os
 import queue
+import select
 import signal
 import threading
 import time
-from collections.abc import Callable, Coroutine
+import weakref
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from typing import Any, TypeVar
+
+from psycopg import AsyncConnection, Connection, Notify
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -76,9 +81,47 @@ class AsyncEvent:
         return True
 
 
-#: The threaded form: :meth:`threading.Event.wait` already takes a timeout and
-#: returns whether the event is set.
-Event = threading.Event
+class Event(threading.Event):
+    """The threaded form: :meth:`threading.Event.wait` already takes a timeout
+    and returns whether the event is set. :meth:`fileno` adds a pipe that is
+    readable while the event is set, so a ``select`` on a socket (the
+    listener's) also ends when it is set: a thread cannot be cancelled."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._pipe: tuple[int, int] | None = None
+        self._pipe_lock = threading.Lock()  # the pipe holds a byte exactly while the event is set
+
+    def fileno(self) -> int:
+        """A descriptor that is readable while the event is set (opened on
+        first use, closed with the event)."""
+        with self._pipe_lock:
+            if self._pipe is None:
+                read, write = os.pipe()
+                os.set_blocking(read, False)
+                os.set_blocking(write, False)
+                self._pipe = (read, write)
+                weakref.finalize(self, _close_pipe, read, write)
+                if self.is_set():
+                    os.write(write, b"x")
+            return self._pipe[0]
+
+    def set(self) -> None:
+        with self._pipe_lock:
+            if not self.is_set() and self._pipe is not None:
+                os.write(self._pipe[1], b"x")
+            super().set()
+
+    def clear(self) -> None:
+        with self._pipe_lock:
+            if self.is_set() and self._pipe is not None:
+                os.read(self._pipe[0], 1)
+            super().clear()
+
+
+def _close_pipe(read: int, write: int) -> None:
+    os.close(read)
+    os.close(write)
 
 
 # background tasks ----------------------------------------------------------
@@ -166,6 +209,13 @@ class AsyncRuntime:
     async def yield_now() -> None:
         """Let the other tasks of the loop run (a task is never preempted)."""
         await asyncio.sleep(0)
+
+    @staticmethod
+    async def notifies(conn: AsyncConnection, stop: AsyncEvent, timeout: float) -> AsyncIterator[Notify]:
+        """The notifications ``conn`` receives within ``timeout`` seconds (a
+        stop cancels the task that waits)."""
+        async for notify in conn.notifies(timeout=timeout):
+            yield notify
 
     @staticmethod
     async def within(seconds: float, fn: Callable[..., Coroutine[Any, Any, T]], *args: Any) -> T:
@@ -266,6 +316,19 @@ class Runtime:
         if not ok:
             raise value
         return value  # type: ignore[no-any-return]
+
+    @staticmethod
+    def notifies(conn: Connection, stop: Event, timeout: float) -> Iterator[Notify]:
+        """The notifications ``conn`` receives within ``timeout`` seconds, or
+        until ``stop`` is set: the wait is a ``select`` on the connection's
+        socket and the stop's pipe, so a stop ends it at once (psycopg's own
+        wait would run out its timeout first)."""
+        yield from conn.notifies(timeout=0)  # any kept from an earlier call, or already readable
+        if stop.is_set():
+            return
+        select.select([conn.fileno(), stop.fileno()], [], [], timeout)
+        if not stop.is_set():
+            yield from conn.notifies(timeout=0)
 
     @staticmethod
     def yield_now() -> None:

@@ -154,8 +154,8 @@ class AsyncListener:
                             channel = self._unsubscribed.pop(0)
                             await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
                             logger.debug("listening on %s", channel, extra={**extra, "channel": channel})
-                        # Short slices: the threaded form notices a stop between them.
-                        async for notify in conn.notifies(timeout=0.25):
+                        # Slices, for the channels listen_also adds meanwhile.
+                        async for notify in AsyncRuntime.notifies(conn, stop, 0.25):
                             on_payload = self._also.get(notify.channel)
                             if on_payload is not None:
                                 on_payload(notify.payload)

@@ -155,8 +155,8 @@ class Listener:
                             channel = self._unsubscribed.pop(0)
                             conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
                             logger.debug("listening on %s", channel, extra={**extra, "channel": channel})
-                        # Short slices: the threaded form notices a stop between them.
-                        for notify in conn.notifies(timeout=0.25):
+                        # Slices, for the channels listen_also adds meanwhile.
+                        for notify in Runtime.notifies(conn, stop, 0.25):
                             on_payload = self._also.get(notify.channel)
                             if on_payload is not None:
                                 on_payload(notify.payload)

@@ -1,0 +1,117 @@
+"""The threaded runtime's waits a stop must end (pyalk/runtime.py): a thread
+cannot be cancelled, so the listener waits on its socket and on the stop's
+pipe together, and a stop ends that wait at once rather than at the end of
+its slice (a threaded worker's run() returned up to a slice late)."""
+
+from __future__ import annotations
+
+import select
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import psycopg
+from psycopg import Notify
+
+from pyalk.runtime import Event, Runtime
+from tests.helpers import until
+
+#: Longer than any test here may take: a wait that runs it out has failed.
+LONG = 60.0
+
+
+def readable(fd: int) -> bool:
+    return bool(select.select([fd], [], [], 0)[0])
+
+
+def test_an_events_descriptor_is_readable_exactly_while_it_is_set():
+    event = Event()
+    fd = event.fileno()
+    assert not readable(fd)
+    event.set()
+    event.set()  # one byte, not two: one clear() empties it
+    assert readable(fd)
+    event.clear()
+    assert not readable(fd)
+    event.clear()
+    assert not readable(fd)
+    event.set()
+    assert readable(fd) and event.wait(0)
+
+
+def test_an_event_set_before_its_descriptor_is_asked_for_is_readable():
+    event = Event()
+    event.set()
+    assert readable(event.fileno())
+    assert event.fileno() == event.fileno()
+
+
+def in_select(thread: threading.Thread) -> Callable[[], bool]:
+    """Whether ``thread`` is blocked in Runtime.notifies' select."""
+
+    def check() -> bool:
+        frame = sys._current_frames().get(thread.ident or -1)
+        while frame is not None:
+            if frame.f_code is Runtime.notifies.__code__:
+                return "select.select(" in _line(frame.f_code.co_filename, frame.f_lineno)
+            frame = frame.f_back
+        return False
+
+    return check
+
+
+def _line(path: str, number: int) -> str:
+    with open(path) as source:
+        return source.readlines()[number - 1]
+
+
+def waiting(conn: psycopg.Connection, stop: Event) -> tuple[threading.Thread, list[Notify], list[float]]:
+    """A thread in one Runtime.notifies call of LONG seconds, once it is
+    blocked in the select; what it got, and how long the call took."""
+    got: list[Notify] = []
+    took: list[float] = []
+
+    def run() -> None:
+        start = time.monotonic()
+        notifies: Iterator[Notify] = Runtime.notifies(conn, stop, LONG)
+        got.extend(notifies)
+        took.append(time.monotonic() - start)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    until(in_select(thread), "the wait to block in its select")
+    return thread, got, took
+
+
+def test_a_stop_ends_a_wait_for_notifications_at_once(dsn):
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("LISTEN pyalk_wait")
+        stop = Event()
+        thread, got, took = waiting(conn, stop)
+        stop.set()
+        thread.join(LONG / 2)
+        assert not thread.is_alive(), "the stop did not end the wait"
+        assert got == [] and took[0] < LONG / 2
+
+
+def test_a_wait_for_notifications_yields_one_sent_while_it_waits(dsn):
+    with psycopg.connect(dsn, autocommit=True) as conn, psycopg.connect(dsn, autocommit=True) as sender:
+        conn.execute("LISTEN pyalk_wait")
+        thread, got, _took = waiting(conn, Event())
+        sender.execute("NOTIFY pyalk_wait, 'hello'")
+        thread.join(LONG / 2)
+        assert not thread.is_alive(), "the notification did not end the wait"
+        assert [(n.channel, n.payload) for n in got] == [("pyalk_wait", "hello")]
+
+
+def test_a_wait_yields_a_notification_that_came_before_it_without_blocking(dsn):
+    with psycopg.connect(dsn, autocommit=True) as conn, psycopg.connect(dsn, autocommit=True) as sender:
+        conn.execute("LISTEN pyalk_wait")
+        sender.execute("NOTIFY pyalk_wait, 'early'")
+        conn.execute("SELECT 1")  # the notification arrives with this answer, kept by psycopg
+        start = time.monotonic()
+        notifies = Runtime.notifies(conn, Event(), LONG)
+        assert next(notifies).payload == "early"
+        assert time.monotonic() - start < LONG / 2, "it waited before yielding the notification in hand"
+        notifies.close()
