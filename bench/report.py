@@ -217,8 +217,14 @@ def _beside(ours: dict[str, Any]) -> str:
     if not worst or not best:
         return ""
     return (f"; beside it: {worst['checkpoints']} ckpt, {worst['autovacuums']} autovac, "
-            f"{worst['wal_bytes'] / 2**20:.0f} MiB WAL (best early {best['checkpoints']}, "
-            f"{best['autovacuums']}, {best['wal_bytes'] / 2**20:.0f})")
+            f"{worst['wal_bytes'] / 2**20:.0f} MiB WAL{_upkeep(worst)} (best early {best['checkpoints']}, "
+            f"{best['autovacuums']}, {best['wal_bytes'] / 2**20:.0f}{_upkeep(best)})")
+
+
+def _upkeep(beside: dict[str, Any]) -> str:
+    """The server's upkeep CPU beside a run (UpkeepCpu), when recorded."""
+    cpu = beside.get("upkeep_cpu_s")
+    return "" if cpu is None else f", upkeep CPU {sum(cpu.values()):.1f} s"
 
 
 def _soak_target(r: RowResult, bar: rows_soak.Targets) -> tuple[str, bool | None]:

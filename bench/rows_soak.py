@@ -21,6 +21,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -200,6 +201,65 @@ def server_activity(conns: dict[str, psycopg.Connection[Any]]) -> dict[str, int]
     }
 
 
+#: The server's own processes whose CPU a run shares the cores with, by the
+#: title PostgreSQL gives them (/proc/PID/cmdline).
+UPKEEP = ("autovacuum worker", "checkpointer", "background writer", "walwriter")
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+class UpkeepCpu:
+    """CPU seconds the server's upkeep processes (:data:`UPKEEP`) spend while
+    a run goes on, sampled from /proc every ``interval`` seconds on a thread:
+    autovacuum workers come and go, so their counters are read while they
+    live (the last interval of one that exits is missed). Empty where there
+    is no /proc (the numbers are then not recorded)."""
+
+    def __init__(self, interval: float = 0.1) -> None:
+        self._interval = interval
+        self._seen: dict[tuple[int, str], tuple[int, int]] = {}  # (pid, kind) -> (first, last) ticks
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="bench-upkeep-cpu", daemon=True)
+
+    def __enter__(self) -> UpkeepCpu:
+        if Path("/proc/self/stat").exists():
+            self._sample()
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+            self._sample()
+
+    def seconds(self) -> dict[str, float]:
+        """CPU seconds by kind of process, over the run."""
+        by_kind: dict[str, float] = {}
+        for (_pid, kind), (first, last) in self._seen.items():
+            by_kind[kind] = by_kind.get(kind, 0.0) + (last - first) / CLOCK_TICKS
+        return {kind: round(value, 2) for kind, value in sorted(by_kind.items())}
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval):
+            self._sample()
+
+    def _sample(self) -> None:
+        for proc in Path("/proc").iterdir():
+            if not proc.name.isdigit():
+                continue
+            try:
+                title = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                kind = next((k for k in UPKEEP if title.startswith(f"postgres: {k}")), None)
+                if kind is None:
+                    continue
+                fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:  # exited meanwhile
+                continue
+            ticks = int(fields[11]) + int(fields[12])  # utime, stime
+            first, _last = self._seen.get((int(proc.name), kind), (ticks, ticks))
+            self._seen[(int(proc.name), kind)] = (first, ticks)
+
+
 def _beside(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
     return {name: after[name] - before[name] for name in before}
 
@@ -361,13 +421,14 @@ def soak(ctx: Context, key: str, title: str, held: bool, backlog: int = 0) -> Ro
                 ctx.progress.note(f"{label}: run {run_no} of {runs} ({jobs:,} jobs)")
                 env = {"ALK_BENCH_PYALK_VARIANT": "async"} if label == PYALK else None
                 activity = server_activity(conns)
-                result = run_on(ctx, SYSTEMS[label], dbs[label], jobs, env=env)
+                with UpkeepCpu() as upkeep:
+                    result = run_on(ctx, SYSTEMS[label], dbs[label], jobs, env=env)
                 if "unavailable" in result:
                     unavailable[label] = result["unavailable"]
                     systems.remove(label)
                     continue
                 result.update(table_state(conns[label], label), run=run_no,
-                              beside=_beside(activity, server_activity(conns)))
+                              beside={**_beside(activity, server_activity(conns)), "upkeep_cpu_s": upkeep.seconds()})
                 per_run[label].append(result)
                 ctx.progress.advance()
         if held:
