@@ -179,6 +179,39 @@ $$;
 COMMENT ON FUNCTION alk._rate_spend(alk.limited_queues, bigint, bigint) IS
 'internal: count a claim''s jobs in its queue''s rate window';
 
+-- The first entry (priority, run_at, id) of each claimable pending priority,
+-- in claim order: a loose scan of jobs_claim_pending, one probe per distinct
+-- priority. alk._due_pending and alk.next_claim_at read it; alk._claim has
+-- the scan inline, where its statement pulls it lazily (a function's rows
+-- all come before the first is read).
+CREATE FUNCTION alk._pending_priorities(queue text)
+RETURNS TABLE (priority bigint, run_at bigint, id bigint)
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    -- PL/pgSQL for its plan cache: a SQL function's statement is planned
+    -- at every call before PostgreSQL 18 (0.3 ms, five times the scan).
+    RETURN QUERY
+    WITH RECURSIVE priorities(priority, run_at, id) AS (
+        (SELECT j.priority, j.run_at, j.id FROM alk.jobs j
+          WHERE j.slot <> 2 AND j.queue = _pending_priorities.queue AND j.state = 'pending' AND j.after_left = 0
+          ORDER BY j.priority DESC, j.run_at, j.id LIMIT 1)
+        UNION ALL
+        SELECT f.priority, f.run_at, f.id
+          FROM priorities p
+         CROSS JOIN LATERAL (
+            SELECT j.priority, j.run_at, j.id FROM alk.jobs j
+             WHERE j.slot <> 2 AND j.queue = _pending_priorities.queue AND j.state = 'pending' AND j.after_left = 0
+               AND j.priority < p.priority
+             ORDER BY j.priority DESC, j.run_at, j.id LIMIT 1) f
+    )
+    SELECT p.priority, p.run_at, p.id FROM priorities p;
+END
+$$;
+COMMENT ON FUNCTION alk._pending_priorities(text) IS
+'internal: the first entry (priority, run_at, id) of each pending priority of the queue, in claim order';
+
 -- A settle that frees a max_running slot (ack, ack_batch, settle, retry,
 -- fail, settle_and_claim, cancel of a processing job): the queue's idle
 -- workers sleep until alk.next_claim_at, which said full, so the settle
@@ -202,22 +235,8 @@ RETURNS boolean
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
-    -- One probe per distinct pending priority (jobs_claim_pending), as
-    -- alk._claim walks them, stopping at the first with a due job: the
-    -- first entry of a priority holds its earliest run_at.
-    WITH RECURSIVE priorities(priority, run_at, id) AS (
-        (SELECT j.priority, j.run_at, j.id FROM alk.jobs j
-          WHERE j.slot <> 2 AND j.queue = $1 AND j.state = 'pending' AND j.after_left = 0
-          ORDER BY j.priority DESC, j.run_at, j.id LIMIT 1)
-        UNION ALL
-        SELECT f.priority, f.run_at, f.id
-          FROM priorities p
-         CROSS JOIN LATERAL (
-            SELECT j.priority, j.run_at, j.id FROM alk.jobs j
-             WHERE j.slot <> 2 AND j.queue = $1 AND j.state = 'pending' AND j.after_left = 0 AND j.priority < p.priority
-             ORDER BY j.priority DESC, j.run_at, j.id LIMIT 1) f
-    )
-    SELECT EXISTS (SELECT FROM priorities p WHERE p.run_at <= $2)
+    -- A priority's first entry holds its earliest run_at.
+    SELECT EXISTS (SELECT FROM alk._pending_priorities($1) p WHERE p.run_at <= $2)
 $$;
 COMMENT ON FUNCTION alk._due_pending(text, bigint) IS
 'internal: whether the queue has a due pending job with nothing left to wait for';
@@ -478,25 +497,10 @@ BEGIN
         RETURN NULL;
     END IF;
     SELECT * INTO lim FROM alk.limited_queues l WHERE l.queue = next_claim_at.queue;
-    -- The earliest run_at of a pending job. jobs_claim_pending is ordered by
-    -- (priority DESC, run_at, id), so the minimum over all priorities is the
-    -- first entry of each distinct priority: a loose index scan that costs
-    -- one probe per distinct priority, not one per row. Whether a due job
-    -- can be claimed now is asked of each priority from that entry on, as
-    -- alk._claim scans it: due jobs all in full serial groups are not.
-    WITH RECURSIVE priorities(priority, run_at, id) AS (
-        (SELECT j.priority, j.run_at, j.id FROM alk.jobs j
-          WHERE j.slot <> 2 AND j.queue = next_claim_at.queue AND j.state = 'pending' AND j.after_left = 0
-          ORDER BY j.priority DESC, j.run_at, j.id LIMIT 1)
-        UNION ALL
-        SELECT f.priority, f.run_at, f.id
-          FROM priorities p
-         CROSS JOIN LATERAL (
-            SELECT j.priority, j.run_at, j.id FROM alk.jobs j
-             WHERE j.slot <> 2 AND j.queue = next_claim_at.queue AND j.state = 'pending' AND j.after_left = 0
-               AND j.priority < p.priority
-             ORDER BY j.priority DESC, j.run_at, j.id LIMIT 1) f
-    )
+    -- The earliest run_at of a pending job: the least of each priority's
+    -- first entry. Whether a due job can be claimed now is asked of each
+    -- priority from that entry on, as alk._claim scans it: due jobs all in
+    -- full serial groups are not.
     SELECT min(p.run_at),
            coalesce(bool_or(p.run_at <= clock AND EXISTS (
                SELECT FROM alk.jobs j
@@ -506,7 +510,7 @@ BEGIN
                        OR alk._group_has_room(j.queue, j.group_key, j.priority, j.run_at, j.id, clock,
                                               coalesce(lim.max_running_per_group, 1))))), false)
       INTO first_run_at, claimable_now
-      FROM priorities p;
+      FROM alk._pending_priorities(next_claim_at.queue) p;
     -- Due jobs, all of them in full serial groups: not claimable now, so the
     -- earliest future run_at instead (a group frees up when its running job
     -- ends, by a settle that claims again or by its lease, counted below).
@@ -558,32 +562,26 @@ COMMENT ON FUNCTION alk.next_claim_at(text) IS
 'spent, to the window''s end (NULL when that is past the clock''s range). '
 'Example: SELECT alk.next_claim_at(''emails'') - alk.now() AS seconds_to_wait;';
 
--- Ordered scans merge, never sort (docs/design.md; 0036). The claim's loose
--- scan and due-job scan, next_claim_at's, the freed-slot probe's and a
--- group's turns read each slot's index in claim order and merge them. A
--- queue's statistics are wrong most of the time (taken while a slot was
--- empty, drained or full of processing rows, they count few pending jobs),
--- and the planner then sorted the whole Append of the slots instead: 78 ms
--- against 0.3 ms a claim at 10^5 pending. Sorts are off in these functions
--- on PostgreSQL 18 and later, which skips disabled paths whenever it has
--- others. Before 18 a disabled path only costs 10^10 more, within the
--- planner's 1% fuzz of every other such path, and with sorts off claim +
--- ack took 3 s (measured on 15), because every plan of the claim sorts
--- somewhere (the lapsed leases). What makes the sort cheap there is the
--- other slot: nearly empty by its statistics, a sequential (or bitmap)
--- scan of it costs nothing, and its rows come unordered, so the Append
--- must be sorted. Before 18 those two scans are off instead (0039): every
--- table these functions read has an index, so no plan needs a disabled
--- path, each slot is read through its index, and the slots merge (claim 1
--- + ack 0.80 ms against 24.8 ms at 50,000 pending on 15, the same 0.5 ms
--- with fresh statistics). A CREATE OR REPLACE of these functions drops
--- these settings: a version that replaces one sets them again.
+-- Ordered scans merge, never sort (docs/design.md; 0036, 0039). These
+-- functions read each slot's index in claim order and merge them. A queue's
+-- statistics are wrong most of the time (taken while a slot was empty,
+-- drained or full of processing rows), and the planner then sorted the
+-- whole Append of the slots: 78 ms against 0.3 ms a claim at 10^5 pending.
+-- PostgreSQL 18 skips a disabled path whenever it has another, so sorts are
+-- off there. Before 18 a disabled path only costs 10^10 more, and every
+-- claim plan sorts somewhere (the lapsed leases): sorts off made claim +
+-- ack 3 s. There the sequential and bitmap scans that made the sort cheap
+-- (an all but empty slot's rows come unordered) are off instead: every
+-- table read has an index, and the slots merge (claim 1 + ack 0.80 against
+-- 24.8 ms at 50,000 pending on 15). A CREATE OR REPLACE of these functions
+-- drops these settings: a version that replaces one sets them again.
 DO $$
 BEGIN
     IF pg_catalog.current_setting('server_version_num')::int >= 180000 THEN
         ALTER FUNCTION alk._claim(text, text, bigint) SET enable_sort = off;
         ALTER FUNCTION alk.next_claim_at(text) SET enable_sort = off;
         ALTER FUNCTION alk._due_pending(text, bigint) SET enable_sort = off;
+        ALTER FUNCTION alk._pending_priorities(text) SET enable_sort = off;
         ALTER FUNCTION alk._group_turn_ids(text, text, bigint) SET enable_sort = off;
     ELSE
         ALTER FUNCTION alk._claim(text, text, bigint) SET enable_seqscan = off;
@@ -592,6 +590,8 @@ BEGIN
         ALTER FUNCTION alk.next_claim_at(text) SET enable_bitmapscan = off;
         ALTER FUNCTION alk._due_pending(text, bigint) SET enable_seqscan = off;
         ALTER FUNCTION alk._due_pending(text, bigint) SET enable_bitmapscan = off;
+        ALTER FUNCTION alk._pending_priorities(text) SET enable_seqscan = off;
+        ALTER FUNCTION alk._pending_priorities(text) SET enable_bitmapscan = off;
         ALTER FUNCTION alk._group_turn_ids(text, text, bigint) SET enable_seqscan = off;
         ALTER FUNCTION alk._group_turn_ids(text, text, bigint) SET enable_bitmapscan = off;
     END IF;
