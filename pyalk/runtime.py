@@ -14,10 +14,10 @@ from __future__ import annotations
 import asyncio
 import inspect
 import math
-import os
 import queue
 import select
 import signal
+import socket
 import threading
 import time
 import weakref
@@ -83,45 +83,59 @@ class AsyncEvent:
 
 class Event(threading.Event):
     """The threaded form: :meth:`threading.Event.wait` already takes a timeout
-    and returns whether the event is set. :meth:`fileno` adds a pipe that is
-    readable while the event is set, so a ``select`` on a socket (the
-    listener's) also ends when it is set: a thread cannot be cancelled."""
+    and returns whether the event is set. :meth:`fileno` adds a socket that
+    is readable while the event is set, so a wait on another socket (the
+    listener's) can end when it is set: a thread cannot be cancelled. A
+    socket pair rather than a pipe: ``select`` takes only sockets on Windows."""
 
     def __init__(self) -> None:
         super().__init__()
-        self._pipe: tuple[int, int] | None = None
-        self._pipe_lock = threading.Lock()  # the pipe holds a byte exactly while the event is set
+        self._pair: tuple[socket.socket, socket.socket] | None = None
+        self._pair_lock = threading.Lock()  # the pair holds a byte exactly while the event is set
 
     def fileno(self) -> int:
         """A descriptor that is readable while the event is set (opened on
         first use, closed with the event)."""
-        with self._pipe_lock:
-            if self._pipe is None:
-                read, write = os.pipe()
-                os.set_blocking(read, False)
-                os.set_blocking(write, False)
-                self._pipe = (read, write)
-                weakref.finalize(self, _close_pipe, read, write)
+        with self._pair_lock:
+            if self._pair is None:
+                reader, writer = socket.socketpair()
+                reader.setblocking(False)
+                writer.setblocking(False)
+                self._pair = (reader, writer)
+                weakref.finalize(self, _close_pair, reader, writer)
                 if self.is_set():
-                    os.write(write, b"x")
-            return self._pipe[0]
+                    writer.send(b"x")
+            return self._pair[0].fileno()
 
     def set(self) -> None:
-        with self._pipe_lock:
-            if not self.is_set() and self._pipe is not None:
-                os.write(self._pipe[1], b"x")
+        with self._pair_lock:
+            if not self.is_set() and self._pair is not None:
+                self._pair[1].send(b"x")
             super().set()
 
     def clear(self) -> None:
-        with self._pipe_lock:
-            if self.is_set() and self._pipe is not None:
-                os.read(self._pipe[0], 1)
+        with self._pair_lock:
+            if self.is_set() and self._pair is not None:
+                self._pair[0].recv(1)
             super().clear()
 
 
-def _close_pipe(read: int, write: int) -> None:
-    os.close(read)
-    os.close(write)
+def _close_pair(reader: socket.socket, writer: socket.socket) -> None:
+    reader.close()
+    writer.close()
+
+
+def _wait_readable(fds: list[int], timeout: float) -> None:
+    """Until one of ``fds`` is readable, ``timeout`` seconds at most. poll()
+    where there is one: select() refuses descriptors past FD_SETSIZE (1024),
+    which a busy process's sockets reach."""
+    if hasattr(select, "poll"):
+        poller = select.poll()
+        for fd in fds:
+            poller.register(fd, select.POLLIN)
+        poller.poll(math.ceil(timeout * 1000))
+    else:
+        select.select(fds, [], [], timeout)
 
 
 # background tasks ----------------------------------------------------------
@@ -320,13 +334,13 @@ class Runtime:
     @staticmethod
     def notifies(conn: Connection, stop: Event, timeout: float) -> Iterator[Notify]:
         """The notifications ``conn`` receives within ``timeout`` seconds, or
-        until ``stop`` is set: the wait is a ``select`` on the connection's
-        socket and the stop's pipe, so a stop ends it at once (psycopg's own
-        wait would run out its timeout first)."""
+        until ``stop`` is set: the wait is on the connection's socket and the
+        stop's together, so a stop ends it at once (psycopg's own wait would
+        run out its timeout first)."""
         yield from conn.notifies(timeout=0)  # any kept from an earlier call, or already readable
         if stop.is_set():
             return
-        select.select([conn.fileno(), stop.fileno()], [], [], timeout)
+        _wait_readable([conn.fileno(), stop.fileno()], timeout)
         if not stop.is_set():
             yield from conn.notifies(timeout=0)
 

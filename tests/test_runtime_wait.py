@@ -5,6 +5,7 @@ its slice (a threaded worker's run() returned up to a slice late)."""
 
 from __future__ import annotations
 
+import resource
 import select
 import sys
 import threading
@@ -12,9 +13,10 @@ import time
 from collections.abc import Callable, Iterator
 
 import psycopg
+import pytest
 from psycopg import Notify
 
-from pyalk.runtime import Event, Runtime
+from pyalk.runtime import Event, Runtime, _wait_readable
 from tests.helpers import until
 
 #: Longer than any test here may take: a wait that runs it out has failed.
@@ -47,28 +49,23 @@ def test_an_event_set_before_its_descriptor_is_asked_for_is_readable():
     assert event.fileno() == event.fileno()
 
 
-def in_select(thread: threading.Thread) -> Callable[[], bool]:
-    """Whether ``thread`` is blocked in Runtime.notifies' select."""
+def in_wait(thread: threading.Thread) -> Callable[[], bool]:
+    """Whether ``thread`` is blocked in Runtime.notifies' wait on its sockets."""
 
     def check() -> bool:
         frame = sys._current_frames().get(thread.ident or -1)
         while frame is not None:
-            if frame.f_code is Runtime.notifies.__code__:
-                return "select.select(" in _line(frame.f_code.co_filename, frame.f_lineno)
+            if frame.f_code is _wait_readable.__code__:
+                return True
             frame = frame.f_back
         return False
 
     return check
 
 
-def _line(path: str, number: int) -> str:
-    with open(path) as source:
-        return source.readlines()[number - 1]
-
-
 def waiting(conn: psycopg.Connection, stop: Event) -> tuple[threading.Thread, list[Notify], list[float]]:
     """A thread in one Runtime.notifies call of LONG seconds, once it is
-    blocked in the select; what it got, and how long the call took."""
+    blocked on its sockets; what it got, and how long the call took."""
     got: list[Notify] = []
     took: list[float] = []
 
@@ -80,7 +77,7 @@ def waiting(conn: psycopg.Connection, stop: Event) -> tuple[threading.Thread, li
 
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
-    until(in_select(thread), "the wait to block in its select")
+    until(in_wait(thread), "the wait to block on its sockets")
     return thread, got, took
 
 
@@ -115,3 +112,30 @@ def test_a_wait_yields_a_notification_that_came_before_it_without_blocking(dsn):
         assert next(notifies).payload == "early"
         assert time.monotonic() - start < LONG / 2, "it waited before yielding the notification in hand"
         notifies.close()
+
+
+def test_a_stop_ends_a_wait_on_a_socket_past_select_s_limit(dsn):
+    """select() refuses a descriptor past FD_SETSIZE (1024), which a busy
+    process's sockets reach: the wait must not use it."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1200:
+        pytest.skip(f"the open file limit ({hard}) keeps descriptors below 1200")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1200) if soft != resource.RLIM_INFINITY else soft, hard))
+    fillers = []
+    try:
+        while not fillers or fillers[-1].fileno() < 1100:
+            fillers.append(open(__file__, "rb"))  # noqa: SIM115 - held open on purpose, closed below
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            assert conn.fileno() > 1024
+            conn.execute("LISTEN pyalk_wait")
+            stop = Event()
+            assert stop.fileno() > 1024
+            thread, got, took = waiting(conn, stop)
+            stop.set()
+            thread.join(LONG / 2)
+            assert not thread.is_alive(), "the stop did not end the wait"
+            assert got == [] and took[0] < LONG / 2
+    finally:
+        for filler in fillers:
+            filler.close()
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
