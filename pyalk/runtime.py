@@ -12,8 +12,10 @@ lives here, side by side.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import math
+import os
 import queue
 import select
 import signal
@@ -91,33 +93,42 @@ class Event(threading.Event):
     def __init__(self) -> None:
         super().__init__()
         self._pair: tuple[socket.socket, socket.socket] | None = None
+        self._pair_pid = 0  # the process that opened the pair: a forked child opens its own
         self._pair_lock = threading.Lock()  # the pair holds a byte exactly while the event is set
 
     def fileno(self) -> int:
         """A descriptor that is readable while the event is set (opened on
         first use, closed with the event)."""
         with self._pair_lock:
-            if self._pair is None:
+            if self._pair is None or self._pair_pid != os.getpid():
                 reader, writer = socket.socketpair()
                 reader.setblocking(False)
                 writer.setblocking(False)
-                self._pair = (reader, writer)
-                weakref.finalize(self, _close_pair, reader, writer)
+                self._pair, self._pair_pid = (reader, writer), os.getpid()
+                # Not at interpreter exit: a stop sent from an exit handler must still find it open.
+                weakref.finalize(self, _close_pair, reader, writer).atexit = False
                 if self.is_set():
                     writer.send(b"x")
             return self._pair[0].fileno()
 
     def set(self) -> None:
         with self._pair_lock:
-            if not self.is_set() and self._pair is not None:
-                self._pair[1].send(b"x")
-            super().set()
+            was_set = self.is_set()
+            super().set()  # first: whatever happens to the pair, the flag is set
+            if not was_set and self._owns_pair():
+                with contextlib.suppress(OSError):
+                    self._pair[1].send(b"x")  # type: ignore[index]
 
     def clear(self) -> None:
         with self._pair_lock:
-            if self.is_set() and self._pair is not None:
-                self._pair[0].recv(1)
+            if self.is_set() and self._owns_pair():
+                with contextlib.suppress(OSError):
+                    self._pair[0].recv(1)  # type: ignore[index]
             super().clear()
+
+    def _owns_pair(self) -> bool:
+        """A pair this process opened (a forked child's copy is its parent's)."""
+        return self._pair is not None and self._pair_pid == os.getpid()
 
 
 def _close_pair(reader: socket.socket, writer: socket.socket) -> None:

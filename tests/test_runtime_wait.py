@@ -1,12 +1,14 @@
 """The threaded runtime's waits a stop must end (pyalk/runtime.py): a thread
 cannot be cancelled, so the listener waits on its socket and on the stop's
-pipe together, and a stop ends that wait at once rather than at the end of
+together, and a stop ends that wait at once rather than at the end of
 its slice (a threaded worker's run() returned up to a slice late)."""
 
 from __future__ import annotations
 
+import os
 import resource
 import select
+import subprocess
 import sys
 import threading
 import time
@@ -139,3 +141,44 @@ def test_a_stop_ends_a_wait_on_a_socket_past_select_s_limit(dsn):
         for filler in fillers:
             filler.close()
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_a_stop_sent_from_an_exit_handler_still_sets_the_event():
+    """An exit handler registered before the event opened its socket pair
+    runs after the pair's finalizer would have at exit: the pair stays open
+    until the event goes, so set() still works."""
+    script = (
+        "import atexit\n"
+        "from pyalk.runtime import Event\n"
+        "def at_exit():\n"
+        "    event.set()\n"
+        "    print('set', event.is_set(), readable(event.fileno()))\n"
+        "atexit.register(at_exit)\n"
+        "import select\n"
+        "def readable(fd):\n"
+        "    return bool(select.select([fd], [], [], 0)[0])\n"
+        "event = Event()\n"
+        "event.fileno()\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=LONG, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "set True True", done.stderr
+
+
+def test_a_forked_child_setting_the_event_leaves_the_parents_descriptor_alone():
+    event = Event()
+    fd = event.fileno()
+    pid = os.fork()
+    if pid == 0:  # the child: its own flag, and a pair of its own if it asks
+        ok = False
+        try:
+            event.set()
+            ok = event.is_set() and readable(event.fileno()) and event.fileno() != fd
+        finally:
+            os._exit(0 if ok else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert not event.is_set()
+    assert not readable(fd), "the child's set() reached the parent's descriptor"
+    event.set()
+    assert readable(fd)
