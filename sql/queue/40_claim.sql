@@ -181,10 +181,10 @@ COMMENT ON FUNCTION alk._rate_spend(alk.limited_queues, bigint, bigint) IS
 
 -- The first entry (priority, run_at, id) of each claimable pending priority,
 -- in claim order: a loose scan of jobs_claim_pending, one probe per distinct
--- priority. alk._due_pending and alk.next_claim_at read it; alk._claim has
--- the scan inline, where its statement pulls it lazily (a function's rows
--- all come before the first is read).
-CREATE FUNCTION alk._pending_priorities(queue text)
+-- priority; given due_by, it stops after the first due by then. The callers
+-- below read it; alk._claim has the scan inline, where its statement pulls
+-- it lazily (a function's rows all come before the first is read).
+CREATE FUNCTION alk._pending_priorities(queue text, due_by bigint)
 RETURNS TABLE (priority bigint, run_at bigint, id bigint)
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -205,12 +205,13 @@ BEGIN
              WHERE j.slot <> 2 AND j.queue = _pending_priorities.queue AND j.state = 'pending' AND j.after_left = 0
                AND j.priority < p.priority
              ORDER BY j.priority DESC, j.run_at, j.id LIMIT 1) f
+         WHERE _pending_priorities.due_by IS NULL OR p.run_at > _pending_priorities.due_by
     )
     SELECT p.priority, p.run_at, p.id FROM priorities p;
 END
 $$;
-COMMENT ON FUNCTION alk._pending_priorities(text) IS
-'internal: the first entry (priority, run_at, id) of each pending priority of the queue, in claim order';
+COMMENT ON FUNCTION alk._pending_priorities(text, bigint) IS
+'internal: each pending priority''s first entry (priority, run_at, id) in claim order; due_by: up to the first due';
 
 -- A settle that frees a max_running slot (ack, ack_batch, settle, retry,
 -- fail, settle_and_claim, cancel of a processing job): the queue's idle
@@ -236,7 +237,7 @@ LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
     -- A priority's first entry holds its earliest run_at.
-    SELECT EXISTS (SELECT FROM alk._pending_priorities($1) p WHERE p.run_at <= $2)
+    SELECT EXISTS (SELECT FROM alk._pending_priorities($1, $2) p WHERE p.run_at <= $2)
 $$;
 COMMENT ON FUNCTION alk._due_pending(text, bigint) IS
 'internal: whether the queue has a due pending job with nothing left to wait for';
@@ -510,7 +511,7 @@ BEGIN
                        OR alk._group_has_room(j.queue, j.group_key, j.priority, j.run_at, j.id, clock,
                                               coalesce(lim.max_running_per_group, 1))))), false)
       INTO first_run_at, claimable_now
-      FROM alk._pending_priorities(next_claim_at.queue) p;
+      FROM alk._pending_priorities(next_claim_at.queue, NULL) p;
     -- Due jobs, all of them in full serial groups: not claimable now, so the
     -- earliest future run_at instead (a group frees up when its running job
     -- ends, by a settle that claims again or by its lease, counted below).
@@ -581,7 +582,7 @@ BEGIN
         ALTER FUNCTION alk._claim(text, text, bigint) SET enable_sort = off;
         ALTER FUNCTION alk.next_claim_at(text) SET enable_sort = off;
         ALTER FUNCTION alk._due_pending(text, bigint) SET enable_sort = off;
-        ALTER FUNCTION alk._pending_priorities(text) SET enable_sort = off;
+        ALTER FUNCTION alk._pending_priorities(text, bigint) SET enable_sort = off;
         ALTER FUNCTION alk._group_turn_ids(text, text, bigint) SET enable_sort = off;
     ELSE
         ALTER FUNCTION alk._claim(text, text, bigint) SET enable_seqscan = off;
@@ -590,8 +591,8 @@ BEGIN
         ALTER FUNCTION alk.next_claim_at(text) SET enable_bitmapscan = off;
         ALTER FUNCTION alk._due_pending(text, bigint) SET enable_seqscan = off;
         ALTER FUNCTION alk._due_pending(text, bigint) SET enable_bitmapscan = off;
-        ALTER FUNCTION alk._pending_priorities(text) SET enable_seqscan = off;
-        ALTER FUNCTION alk._pending_priorities(text) SET enable_bitmapscan = off;
+        ALTER FUNCTION alk._pending_priorities(text, bigint) SET enable_seqscan = off;
+        ALTER FUNCTION alk._pending_priorities(text, bigint) SET enable_bitmapscan = off;
         ALTER FUNCTION alk._group_turn_ids(text, text, bigint) SET enable_seqscan = off;
         ALTER FUNCTION alk._group_turn_ids(text, text, bigint) SET enable_bitmapscan = off;
     END IF;

@@ -92,3 +92,17 @@ def test_under_a_held_snapshot_a_claim_reads_each_settled_entry_once(
     # Once each (the loose scan that finds the priority's first entry), not
     # twice or three times: the scans after it start at that entry (0051).
     assert all(300 <= n < 400 for n in reads), reads
+
+
+def test_due_pending_stops_at_the_first_due_priority(db: psycopg.Connection) -> None:
+    # One due job in each of 50 priorities: the first priority answers, so
+    # the loose scan probes no lower one (alk._pending_priorities' due_by;
+    # 0052), as the EXISTS over the inline scan before it did.
+    db.execute("SELECT alk.enqueue('q', '{}'::jsonb, priority => p) FROM generate_series(1, 50) p")
+    before = _claim_index_reads(db)
+    assert one(db, "SELECT alk._due_pending('q', alk.now())") is True
+    reads = _claim_index_reads(db) - before
+    assert reads < 10, reads
+    before = _claim_index_reads(db)
+    assert one(db, "SELECT alk.next_claim_at('q') <= alk.now()") is True  # this one reads every priority
+    assert _claim_index_reads(db) - before >= 50
