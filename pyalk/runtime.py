@@ -115,20 +115,22 @@ class Event(threading.Event):
         with self._pair_lock:
             was_set = self.is_set()
             super().set()  # first: whatever happens to the pair, the flag is set
-            if not was_set and self._owns_pair():
+            pair = self._own_pair()
+            if not was_set and pair is not None:
                 with contextlib.suppress(OSError):
-                    self._pair[1].send(b"x")  # type: ignore[index]
+                    pair[1].send(b"x")
 
     def clear(self) -> None:
         with self._pair_lock:
-            if self.is_set() and self._owns_pair():
+            pair = self._own_pair()
+            if self.is_set() and pair is not None:
                 with contextlib.suppress(OSError):
-                    self._pair[0].recv(1)  # type: ignore[index]
+                    pair[0].recv(1)
             super().clear()
 
-    def _owns_pair(self) -> bool:
-        """A pair this process opened (a forked child's copy is its parent's)."""
-        return self._pair is not None and self._pair_pid == os.getpid()
+    def _own_pair(self) -> tuple[socket.socket, socket.socket] | None:
+        """The pair, if this process opened it (a forked child's copy is its parent's)."""
+        return self._pair if self._pair_pid == os.getpid() else None
 
 
 def _close_pair(reader: socket.socket, writer: socket.socket) -> None:
