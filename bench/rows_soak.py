@@ -217,6 +217,7 @@ class UpkeepCpu:
     def __init__(self, interval: float = 0.1) -> None:
         self._interval = interval
         self._seen: dict[tuple[int, str], tuple[int, int]] = {}  # (pid, kind) -> (first, last) ticks
+        self._kinds: dict[int, str | None] = {}  # pid -> its kind, None: not one to count (read once)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="bench-upkeep-cpu", daemon=True)
 
@@ -247,17 +248,20 @@ class UpkeepCpu:
         for proc in Path("/proc").iterdir():
             if not proc.name.isdigit():
                 continue
+            pid = int(proc.name)
             try:
-                title = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-                kind = next((k for k in UPKEEP if title.startswith(f"postgres: {k}")), None)
+                if pid not in self._kinds:  # each process's title is read once, not every sample
+                    title = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                    self._kinds[pid] = next((k for k in UPKEEP if title.startswith(f"postgres: {k}")), None)
+                kind = self._kinds[pid]
                 if kind is None:
                     continue
                 fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
             except OSError:  # exited meanwhile
                 continue
             ticks = int(fields[11]) + int(fields[12])  # utime, stime
-            first, _last = self._seen.get((int(proc.name), kind), (ticks, ticks))
-            self._seen[(int(proc.name), kind)] = (first, ticks)
+            first, _last = self._seen.get((pid, kind), (ticks, ticks))
+            self._seen[(pid, kind)] = (first, ticks)
 
 
 def _beside(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
