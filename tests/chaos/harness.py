@@ -6,8 +6,9 @@ server's rows once the queue has drained:
 - no job lost: every enqueued id was started and is gone (acked), or is dead
   where the phase says so;
 - no job started twice under a valid lease: a later start of the same job
-  must come after the lease end the earlier claim returned, and no claim
-  (id, attempt) starts twice.
+  must come after the lease end the earlier claim returned (unless the
+  earlier start raised: its retry ended the lease, and only then was the job
+  pending to claim again), and no claim (id, attempt) starts twice.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ class Start:
     pid: int
     start: float
     expires: int
+    raised: bool = False  # the handler raised: the worker retries the job, which ends this lease
 
 
 class WorkerProcess:
@@ -143,7 +145,7 @@ def check(ledger: Path, enqueued: list[int], dsn: str, dead_ok: bool = False) ->
         claims = [(s.attempt, s.worker) for s in runs]
         assert len({s.attempt for s in runs}) == len(runs), f"job {job_id}: one claim started twice: {claims}"
         for earlier, later in itertools.pairwise(runs):
-            if later.start < earlier.expires:
+            if later.start < earlier.expires and not earlier.raised:
                 twice.append((job_id, earlier, later))
     assert not twice, f"jobs started again while an earlier lease was valid: {twice[:5]}"
     return {"enqueued": len(enqueued), "starts": len(starts), "reruns": len(starts) - len(by_id),

@@ -352,3 +352,40 @@ def test_a_workers_row_lives_with_its_queue_and_is_reached_with_or_without_it(ta
     stopping = {row[0]: row[1] for row in db.execute("SELECT worker_id, stopping FROM alk.workers()")
                 if row[0].startswith(tag)}
     assert stopping == {ids[2]: True, ids[3]: False}
+
+
+def test_rotations_through_the_router_reach_every_partition_and_keep_every_token(routed: Target, tag: str):
+    # alk.rotate_jobs is routed to any partition (a worker's calls land on each
+    # in turn): calls through the router rotate every partition's storage, and
+    # a job claimed on a partition before its rotation still acks with its token.
+    queue_on: dict[str, str] = {}
+    n = 0
+    while len(queue_on) < len(routed.partitions):
+        queue_on.setdefault(routed.partition_of(f"{tag}-q{n}"), f"{tag}-q{n}")
+        n += 1
+
+    def rotations() -> dict[str, int]:
+        found = {}
+        for partition in routed.partitions:
+            with psycopg.connect(partition, autocommit=True) as conn:
+                found[partition] = one(conn, "SELECT rotations FROM alk.job_slots")
+        return found
+
+    with psycopg.connect(routed.dsn, autocommit=True) as db:
+        claimed = {}
+        for queue in queue_on.values():
+            job_id = one(db, "SELECT alk.enqueue(%s, '{}')", queue)
+            assert db.execute("SELECT id, attempts FROM alk.claim(%s, 'w', 1)", [queue]).fetchall() == [(job_id, 1)]
+            claimed[queue] = job_id
+        before = rotations()
+        answers = []
+        # Any partition per call: 200 calls miss one of 4 partitions with odds of (3/4)^200.
+        while any(count == before[p] for p, count in rotations().items()) and len(answers) < 200:
+            answers.append(one(db, "SELECT alk.rotate_jobs(0)"))
+        after = rotations()
+        assert all(after[p] > before[p] for p in routed.partitions), answers
+        assert sum(after.values()) - sum(before.values()) == len(answers)  # each call rotated one partition
+        assert set(answers) == {"rotated"}
+        for queue, job_id in claimed.items():
+            assert one(db, "SELECT alk.ack(%s, 'w', 2, queue => %s)", job_id, queue) is False  # never issued
+            assert one(db, "SELECT alk.ack(%s, 'w', 1, queue => %s)", job_id, queue) is True

@@ -303,6 +303,73 @@ def test_a_held_snapshot_blocks_no_rotation(db, connect):
     holder.rollback()
 
 
+#: The longest a statement on the jobs waits behind a rotation (docs/design.md,
+#: "Job storage", "Getting the lock"): the rotation's lock wait (at most
+#: 100 ms) plus its hold (one step: at most 20,000 rows moved, then a TRUNCATE).
+BLOCKED_AT_MOST = 1.0
+
+
+@pytest.mark.parametrize("reads_jobs", [False, True], ids=["snapshot", "snapshot-that-read-the-jobs"])
+def test_under_a_held_snapshot_rotations_hold_up_work_at_most_the_bound(dsn, connect, reads_jobs):
+    """Producers and claimers that ack on real connections, timing each
+    statement, while a REPEATABLE READ snapshot is held and a rotator calls
+    alk.rotate_jobs(0) again and again. A snapshot that never read the jobs
+    holds no lock: every rotation goes through. One that read them holds
+    every slot: each rotation answers 'locked', after at most its 100 ms
+    wait while the holder is young and at once after. Either way no
+    statement waits longer than the bound."""
+    holder = connect()
+    holder.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+    holder.execute("SELECT count(*) FROM alk.jobs" if reads_jobs else "SELECT 1")
+    stop = threading.Event()
+    errors: list[BaseException] = []
+    waits: list[float] = []
+    answers: list[str] = []
+
+    def timed(conn: psycopg.Connection, query: str) -> None:
+        started = time.monotonic()
+        conn.execute(query)
+        waits.append(time.monotonic() - started)
+
+    def work() -> None:
+        try:
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                while not stop.is_set():
+                    timed(conn, "SELECT alk.enqueue_batch('q', array_fill('{}'::jsonb, ARRAY[10]))")
+                    timed(conn, "SELECT alk.ack_batch(array_agg(id), 'w', array_agg(attempts), 'q')"
+                                " FROM alk.claim('q', 'w', 10)")
+        except BaseException as error:  # reported by the test thread
+            errors.append(error)
+
+    workers = [threading.Thread(target=work) for _ in range(2)]
+    for thread in workers:
+        thread.start()
+    rotator = connect()
+    try:
+        # Past the holder's first second (a reader's case crosses the old-holder rule), and
+        # until ten calls answered (ten rotated, when nothing holds the slots).
+        past_a_second = time.monotonic() + 1.5
+        give_up = time.monotonic() + 60
+        while time.monotonic() < give_up and (
+                time.monotonic() < past_a_second
+                or (len(answers) if reads_jobs else answers.count("rotated")) < 10):
+            answers.append(one(rotator, "SELECT alk.rotate_jobs(0)"))
+    finally:
+        stop.set()
+        for thread in workers:
+            thread.join(30)
+    holder.rollback()
+    assert not errors, errors
+    assert len(waits) > 100, len(waits)  # the work went on meanwhile
+    print(f"rotations {answers.count('rotated')} of {len(answers)}; statements {len(waits)},"
+          f" longest {max(waits) * 1000:.1f} ms")  # the figure docs/design.md gives
+    assert max(waits) < BLOCKED_AT_MOST, sorted(waits)[-5:]
+    if reads_jobs:
+        assert set(answers) == {"locked"}, answers
+    else:
+        assert answers.count("rotated") >= 10, answers
+
+
 def test_a_dedup_key_stays_unique_across_a_rotation(db):
     first = one(db, "SELECT alk.enqueue('q', '{}', dedup_key => 'k')")
     assert one(db, "SELECT alk.rotate_jobs(0)") == "rotated"
