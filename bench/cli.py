@@ -68,8 +68,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--from-json",
         type=Path,
         metavar="JSON",
-        help="run nothing: write benchmarks.md (into --out-dir, default docs/) and the JSON's targets again from "
-        "a saved run's JSON (e.g. docs/img/benchmarks.json)",
+        help="run nothing: write benchmarks.md (into --out-dir, default docs/), the JSON's targets and (with "
+        "matplotlib) the plot beside it again from a saved run's JSON (e.g. docs/img/benchmarks.json)",
     )
     parser.add_argument(
         "--synchronous-commit",

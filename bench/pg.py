@@ -170,18 +170,21 @@ def percentiles(samples: Sequence[float], points: Sequence[float] = (50, 90, 99)
 
 
 def table_counters(conn: psycopg.Connection[Any], table: str) -> dict[str, int]:
-    schema, name = table.split(".")
+    """Cumulative counters and total size of ``table``, summed over its
+    partitions when it is partitioned (alk.jobs since 0031: the parent has
+    no statistics row and no storage of its own)."""
     row = conn.execute(
-        "SELECT n_tup_ins, n_tup_upd, n_tup_del, n_live_tup, n_dead_tup, n_tup_hot_upd,"
-        " coalesce(vacuum_count + autovacuum_count, 0)"
-        " FROM pg_stat_user_tables WHERE schemaname = %s AND relname = %s",
-        [schema, name],
+        "SELECT sum(s.n_tup_ins), sum(s.n_tup_upd), sum(s.n_tup_del), sum(s.n_live_tup), sum(s.n_dead_tup),"
+        " sum(s.n_tup_hot_upd), sum(coalesce(s.vacuum_count + s.autovacuum_count, 0)),"
+        " sum(pg_total_relation_size(t.relid))"
+        # The leaves of its partition tree, or the plain table itself (which has no tree).
+        " FROM (SELECT relid FROM pg_partition_tree(%(t)s::regclass) WHERE isleaf"
+        "       UNION SELECT oid FROM pg_class WHERE oid = %(t)s::regclass AND relkind = 'r') t"
+        " LEFT JOIN pg_stat_user_tables s ON s.relid = t.relid",
+        {"t": table},
     ).fetchone()
-    size = conn.execute("SELECT pg_total_relation_size(%s::regclass)", [table]).fetchone()
-    keys = ("ins", "upd", "del", "live", "dead", "hot_upd", "vacuums")
-    counters = dict(zip(keys, (int(v) for v in row), strict=True)) if row else dict.fromkeys(keys, 0)
-    counters["bytes"] = int(size[0]) if size else 0
-    return counters
+    keys = ("ins", "upd", "del", "live", "dead", "hot_upd", "vacuums", "bytes")
+    return dict(zip(keys, (int(v or 0) for v in row), strict=True)) if row else dict.fromkeys(keys, 0)
 
 
 def wal_lsn(conn: psycopg.Connection[Any]) -> str:

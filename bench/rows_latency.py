@@ -673,7 +673,10 @@ def stream_tail(ctx: Context) -> RowResult:
 # -- claim latency with higher-priority future rows (issue 11 §2) -----------------
 
 FUTURE_DELAY_S = 86_400
-FUTURE_ROUNDS = 2
+#: Alternating rounds per side, each on a new connection: one connection's
+#: round trips can differ from the next one's by more than the effect
+#: measured (2 rounds gave 0.95x-1.29x for the same code, 2026-12-07).
+FUTURE_ROUNDS = 6
 
 
 def _fill_future(conn: psycopg.Connection[Any], n: int) -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from bench import report, rows_e2e, rows_limits, rows_ops, rows_soak
+from bench import pg, report, rows_e2e, rows_hostile, rows_limits, rows_ops, rows_soak
 from bench.cli import run_rows
 from bench.peers import pyalk_worker
 from bench.peers.common import ANALYZE_ENV
@@ -122,9 +122,33 @@ def test_latency_and_hostile_rows_run(bench_ctx: Context) -> None:
     assert [(rec["side"], rec["run"]) for rec in xmin.records] == [
         ("ours", "clean"),
         ("ours", "xmin held"),
+        (rows_hostile.ROTATED, "clean"),
+        (rows_hostile.ROTATED, "xmin held"),
         ("floor", "clean"),
         ("floor", "xmin held"),
     ]
+    # alk.jobs is partitioned: its counters and size are its partitions' sums, never the parent's zeros.
+    ours = [rec for rec in xmin.records if rec["side"] == "ours"]
+    assert all(rec["bytes/job"] > 0 for rec in ours), ours
+    assert all(rec["rotations"] == 0 for rec in ours)
+
+
+def test_table_counters_sum_a_partitioned_tables_partitions(bench_ctx: Context) -> None:
+    with bench_ctx.server.fresh_db("alk_bench_counters", pyalk=False, floor=False) as db, \
+            pg.connect(bench_ctx, db) as conn:
+        conn.execute("CREATE TABLE parted (k int) PARTITION BY LIST (k)")
+        conn.execute("CREATE TABLE parted_1 PARTITION OF parted FOR VALUES IN (1)")
+        conn.execute("CREATE TABLE parted_2 PARTITION OF parted FOR VALUES IN (2)")
+        conn.execute("CREATE TABLE plain (k int)")
+        conn.execute("INSERT INTO parted SELECT 1 + g % 2 FROM generate_series(1, 10) g")
+        conn.execute("INSERT INTO plain SELECT g FROM generate_series(1, 3) g")
+        conn.execute("SELECT pg_stat_force_next_flush()" if conn.info.server_version >= 150000 else "SELECT 1")
+        pg.flush_stats(conn)
+        parted, plain = pg.table_counters(conn, "public.parted"), pg.table_counters(conn, "public.plain")
+        sizes = [row[0] for name in ("parted_1", "parted_2", "plain")
+                 for row in conn.execute("SELECT pg_total_relation_size(%s::regclass)", [name])]
+    assert parted["ins"] == 10 and plain["ins"] == 3
+    assert parted["bytes"] == sizes[0] + sizes[1] > 0 and plain["bytes"] == sizes[2] > 0
 
 
 def test_wake_and_stream_rows_run(bench_ctx: Context) -> None:
