@@ -6,7 +6,7 @@
     python tools/sqlversion.py check                     the pins and the Alembic revisions match sql/versions
 
 Pins: a version's sha256, so a landed version is never edited. Versions
-0001-0044 are pinned together in sql/versions/MANIFEST, which is closed: a
+0001-0048 are pinned together in sql/versions/MANIFEST, which is closed: a
 landed file like them, its own digest pinned here (MANIFEST_SHA256). Each
 version since pins itself in NNNN_<name>.sql.sha256 beside it, a new file
 written once (``sha256sum -c`` reads both).
@@ -40,8 +40,8 @@ from pyalk.schema.install import current_files, current_script, head, install_sc
 
 VERSIONS = ROOT / "sql" / "versions"
 MANIFEST = VERSIONS / "MANIFEST"
-#: The digest of MANIFEST as it stood with 0044, its last line: closed since.
-MANIFEST_SHA256 = "79e0c4d499d94ec12da98aa16d0344b9828df45370e42c4c1d2008dfe73a0cc2"
+#: The digest of MANIFEST as it landed with 0048, its last line: closed since.
+MANIFEST_SHA256 = "275268d0cbafaff9753ce423625c9e34d81365315d8aff9945aed27e4fea8b22"
 #: A version's own pin file: NNNN_<name>.sql + this, in sha256sum's format.
 PIN_SUFFIX = ".sha256"
 ALEMBIC_VERSIONS = ROOT / "alembic" / "versions"
@@ -199,12 +199,12 @@ def _read_pins(path: Path) -> dict[str, str]:
 
 
 def pin_path(version: Path) -> Path:
-    """Where a version since 0045 keeps its pin."""
+    """Where a version since 0049 keeps its pin."""
     return version.with_name(version.name + PIN_SUFFIX)
 
 
 def manifest_lines() -> dict[str, str]:
-    """The pins MANIFEST holds (0001-0044)."""
+    """The pins MANIFEST holds (0001-0048)."""
     return _read_pins(MANIFEST)
 
 
@@ -227,7 +227,7 @@ def manifest_problems() -> list[str]:
     version NNNN on top of the one before). Empty when all agree; no database."""
     problems = []
     if _sha256(MANIFEST) != MANIFEST_SHA256:
-        problems.append(f"sql/versions/MANIFEST changed: it is closed since 0045 (it pins 0001-0044, landed); "
+        problems.append(f"sql/versions/MANIFEST changed: it is closed since 0049 (it pins 0001-0048, landed); "
                         f"a newer version pins itself in NNNN_<name>.sql{PIN_SUFFIX}")
     closed, own = manifest_lines(), own_pins()
     problems += [f"{name} is pinned twice: in MANIFEST and in {name}{PIN_SUFFIX}"

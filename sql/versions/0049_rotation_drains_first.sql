@@ -48,6 +48,7 @@ DECLARE
     keyed bigint := 0;
     step_moved bigint;
     step_live bigint;
+    left_live boolean := true;  -- whether the draining slot may still hold live jobs
 BEGIN
     IF min_jobs IS NULL OR min_jobs < 0 THEN
         PERFORM alk._raise('LK002', 'min_jobs must be >= 0, got ' || coalesce(min_jobs::text, 'NULL'));
@@ -120,23 +121,22 @@ BEGIN
             'WITH m AS (UPDATE alk.jobs SET slot = %s WHERE slot = %s AND dedup_key IS NOT NULL'
             ' AND state IN (''pending'', ''processing'') RETURNING 1) SELECT count(*) FROM m', 1 - cur, cur)
            INTO keyed;
+        switched_at := alk.now();
         UPDATE alk.job_slots s
-           SET current_slot = 1 - cur, draining_slot = cur, rotated_at_id = last_id, rotated_at = alk.now(),
+           SET current_slot = 1 - cur, draining_slot = cur, rotated_at_id = last_id, rotated_at = switched_at,
                rotations = s.rotations + 1, moved_in = keyed;
         draining := cur;
-        -- The rest are left to the claims for drain_s, unless none is left
-        -- (the step below only clears the slot) or nothing clears dead rows.
-        IF min_jobs > 0 AND drain_s > 0 AND live > keyed AND NOT alk._horizon_held() THEN
-            RETURN 'moving';
-        END IF;
-    ELSE
-        IF min_jobs > 0 AND drain_s > 0 AND alk.now() < switched_at + drain_s
-           AND NOT alk._horizon_held() THEN
-            RETURN 'moving';  -- still draining: no lock, nothing moved
-        END IF;
-        IF NOT alk._lock_slot(draining, max_wait_ms) THEN
-            RETURN 'locked';
-        END IF;
+        left_live := live > keyed;  -- none left: the step below only clears the slot
+    END IF;
+    -- The live jobs are left to the claims for drain_s after the switch,
+    -- unless nothing clears dead rows (0049): no lock, nothing moved.
+    IF min_jobs > 0 AND drain_s > 0 AND left_live AND alk.now() < switched_at + drain_s
+       AND NOT alk._horizon_held() THEN
+        RETURN 'moving';
+    END IF;
+    -- The switch holds the slot's lock already.
+    IF draining <> cur AND NOT alk._lock_slot(draining, max_wait_ms) THEN
+        RETURN 'locked';
     END IF;
     -- A step: up to step_rows of the draining slot's rows move, the live
     -- ones to the current slot (counted there as moved in), the dead and

@@ -1,13 +1,12 @@
 -- pyalk 0052: pending_priorities_once. The loose scan that finds the first entry (priority, run_at, id) of each
 -- pending priority was written three times: in alk._claim, alk._due_pending and alk.next_claim_at. It is now one
--- function, alk._pending_priorities, which the last two read; the same probes, in the same order: given a clock
--- (alk._due_pending's), it stops after the first priority due by then, as the EXISTS over the inline scan did. It is
--- PL/pgSQL for its plan cache: before PostgreSQL 18 a SQL function's statement is planned at every call. alk._claim
--- keeps the scan inline: its statement pulls it lazily and stops probing lower priorities once it has enough jobs,
--- and a function's rows are all computed before the first is read. The rule lives in sql/queue/40_claim.sql.
+-- function, alk._pending_priorities, which the last two read; the same probes, in the same order. It is PL/pgSQL for
+-- its plan cache: before PostgreSQL 18 a SQL function's statement is planned at every call. alk._claim keeps the
+-- scan inline: its statement pulls it lazily and stops probing lower priorities once it has enough jobs, and a
+-- function's rows are all computed before the first is read. The rule lives in sql/queue/40_claim.sql.
 
--- alk._pending_priorities(text,bigint): changed or new in the current files
-CREATE OR REPLACE FUNCTION alk._pending_priorities(queue text, due_by bigint)
+-- alk._pending_priorities(text): changed or new in the current files
+CREATE OR REPLACE FUNCTION alk._pending_priorities(queue text)
 RETURNS TABLE (priority bigint, run_at bigint, id bigint)
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -28,13 +27,12 @@ BEGIN
              WHERE j.slot <> 2 AND j.queue = _pending_priorities.queue AND j.state = 'pending' AND j.after_left = 0
                AND j.priority < p.priority
              ORDER BY j.priority DESC, j.run_at, j.id LIMIT 1) f
-         WHERE _pending_priorities.due_by IS NULL OR p.run_at > _pending_priorities.due_by
     )
     SELECT p.priority, p.run_at, p.id FROM priorities p;
 END
 $$;
-COMMENT ON FUNCTION alk._pending_priorities(text, bigint) IS
-'internal: each pending priority''s first entry (priority, run_at, id) in claim order; due_by: up to the first due';
+COMMENT ON FUNCTION alk._pending_priorities(text) IS
+'internal: the first entry (priority, run_at, id) of each pending priority of the queue, in claim order';
 
 -- alk._due_pending(text,bigint): changed or new in the current files
 CREATE OR REPLACE FUNCTION alk._due_pending(queue text, clock bigint)
@@ -43,7 +41,7 @@ LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
     -- A priority's first entry holds its earliest run_at.
-    SELECT EXISTS (SELECT FROM alk._pending_priorities($1, $2) p WHERE p.run_at <= $2)
+    SELECT EXISTS (SELECT FROM alk._pending_priorities($1) p WHERE p.run_at <= $2)
 $$;
 COMMENT ON FUNCTION alk._due_pending(text, bigint) IS
 'internal: whether the queue has a due pending job with nothing left to wait for';
@@ -84,7 +82,7 @@ BEGIN
                        OR alk._group_has_room(j.queue, j.group_key, j.priority, j.run_at, j.id, clock,
                                               coalesce(lim.max_running_per_group, 1))))), false)
       INTO first_run_at, claimable_now
-      FROM alk._pending_priorities(next_claim_at.queue, NULL) p;
+      FROM alk._pending_priorities(next_claim_at.queue) p;
     -- Due jobs, all of them in full serial groups: not claimable now, so the
     -- earliest future run_at instead (a group frees up when its running job
     -- ends, by a settle that claims again or by its lease, counted below).
@@ -143,14 +141,14 @@ BEGIN
     IF pg_catalog.current_setting('server_version_num')::int >= 180000 THEN
         ALTER FUNCTION alk.next_claim_at(text) SET enable_sort = off;
         ALTER FUNCTION alk._due_pending(text, bigint) SET enable_sort = off;
-        ALTER FUNCTION alk._pending_priorities(text, bigint) SET enable_sort = off;
+        ALTER FUNCTION alk._pending_priorities(text) SET enable_sort = off;
     ELSE
         ALTER FUNCTION alk.next_claim_at(text) SET enable_seqscan = off;
         ALTER FUNCTION alk.next_claim_at(text) SET enable_bitmapscan = off;
         ALTER FUNCTION alk._due_pending(text, bigint) SET enable_seqscan = off;
         ALTER FUNCTION alk._due_pending(text, bigint) SET enable_bitmapscan = off;
-        ALTER FUNCTION alk._pending_priorities(text, bigint) SET enable_seqscan = off;
-        ALTER FUNCTION alk._pending_priorities(text, bigint) SET enable_bitmapscan = off;
+        ALTER FUNCTION alk._pending_priorities(text) SET enable_seqscan = off;
+        ALTER FUNCTION alk._pending_priorities(text) SET enable_bitmapscan = off;
     END IF;
 END
 $$;

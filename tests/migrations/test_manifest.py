@@ -1,4 +1,4 @@
-"""Landed version files are immutable: each one's sha256 is pinned (0001-0044
+"""Landed version files are immutable: each one's sha256 is pinned (0001-0048
 in sql/versions/MANIFEST, closed since, each later one in its own
 NNNN_<name>.sql.sha256), and each version has its one Alembic revision. The rule lives in
 tools/sqlversion.py (``check``, which tools/check runs in seconds); these
@@ -61,37 +61,38 @@ def test_an_unpinned_version_and_a_missing_revision_are_refused(copied_tree):
 
 def test_an_edited_version_pinned_by_its_own_file_is_refused(copied_tree):
     versions_dir, _ = copied_tree
-    path = versions_dir / "0046_group_claim_lock.sql"
+    path = versions_dir / "0049_rotation_drains_first.sql"
     path.write_text(path.read_text() + "\n-- one more line\n")
-    assert sqlversion.manifest_problems() == [f"0046_group_claim_lock.sql changed: {sqlversion.IMMUTABLE}"]
+    assert sqlversion.manifest_problems() == [f"0049_rotation_drains_first.sql changed: {sqlversion.IMMUTABLE}"]
 
 
 def test_manifest_is_closed(copied_tree):
-    # It pins 0001-0044 and landed with them: a line more is refused, even a
+    # It pins 0001-0048 and landed with them: a line more is refused, even a
     # right one, and a later version pinned there as well as in its own file.
     versions_dir, _ = copied_tree
     manifest = versions_dir / "MANIFEST"
-    own = (versions_dir / "0046_group_claim_lock.sql.sha256").read_text()
+    own = (versions_dir / "0049_rotation_drains_first.sql.sha256").read_text()
     manifest.write_text(manifest.read_text() + own)
     assert sqlversion.manifest_problems() == [
-        "sql/versions/MANIFEST changed: it is closed since 0045 (it pins 0001-0044, landed); "
+        "sql/versions/MANIFEST changed: it is closed since 0049 (it pins 0001-0048, landed); "
         "a newer version pins itself in NNNN_<name>.sql.sha256",
-        "0046_group_claim_lock.sql is pinned twice: in MANIFEST and in 0046_group_claim_lock.sql.sha256",
+        "0049_rotation_drains_first.sql is pinned twice: in MANIFEST and in 0049_rotation_drains_first.sql.sha256",
     ]
 
 
 def test_a_pin_file_pins_its_own_version_only(copied_tree):
     versions_dir, _ = copied_tree
-    own = versions_dir / "0046_group_claim_lock.sql.sha256"
-    own.write_text(own.read_text() + (versions_dir / "0047_job_slots_replaced.sql.sha256").read_text())
-    assert "0046_group_claim_lock.sql.sha256 pins 0047_job_slots_replaced.sql, not its own version" \
+    own = versions_dir / "0049_rotation_drains_first.sql.sha256"
+    other = next(line for line in (versions_dir / "MANIFEST").read_text().splitlines() if "0048_" in line)
+    own.write_text(own.read_text() + other + "\n")
+    assert "0049_rotation_drains_first.sql.sha256 pins 0048_rotation_counts_by_statistics.sql, not its own version" \
         in sqlversion.manifest_problems()
 
 
 def test_pin_refreshes_the_own_pin_of_a_version_not_landed_and_never_manifest(copied_tree, monkeypatch):
     versions_dir, _ = copied_tree
     manifest = (versions_dir / "MANIFEST").read_text()
-    path = versions_dir / "0048_rotation_counts_by_statistics.sql"
+    path = versions_dir / "0049_rotation_drains_first.sql"
     path.write_text(path.read_text() + "\n-- edited before it lands\n")
     monkeypatch.setattr(sqlversion, "_landed", lambda version, base: False)
     assert sqlversion.pin() == [path.name]
