@@ -771,7 +771,7 @@ def write_plot(path: Path, results: list[RowResult]) -> bool:
     ax = axes[1][1]
     xmin = rows.get("hostile.held_xmin")
     if xmin and xmin.status == "ok":
-        labels = [f"{rec['side'].replace(', ', chr(10))}\n{rec['run']}" for rec in xmin.records]
+        labels = ["\n".join([*rec["side"].split(", "), rec["run"]]) for rec in xmin.records]
         ax.bar(range(len(labels)), [rec["jobs/s"] for rec in xmin.records],
                color=["tab:green", "tab:red"] * (len(labels) // 2))
         ax.set_xticks(range(len(labels)))

@@ -78,6 +78,7 @@ def _run(ctx: Context, db: str, side: str, held: bool) -> dict[str, Any]:
         before = pg.table_counters(conn, table)
         holder = pg.connect(ctx, db)
         rotator = None
+        rotations = 0
         try:
             if held:
                 holder.autocommit = False
@@ -93,7 +94,8 @@ def _run(ctx: Context, db: str, side: str, held: bool) -> dict[str, Any]:
                 rotator = _Rotator(ctx, db)
             result = pg.pgbench(ctx, db, script, CLIENTS, seconds=ctx.mode.xmin_seconds)
             if rotator is not None:
-                rotator.close()
+                rotator.close()  # before the counters are read
+                rotations, rotator = rotator.answers.count("rotated"), None
             wal = pg.wal_bytes(conn, lsn)
             pg.flush_stats(conn)
             after = pg.table_counters(conn, table)
@@ -111,7 +113,7 @@ def _run(ctx: Context, db: str, side: str, held: bool) -> dict[str, Any]:
         "WAL bytes/job": wal / jobs,
         "vacuums during run": after["vacuums"] - before["vacuums"],
         "latency ms": result.latency_ms,
-        "rotations": rotator.answers.count("rotated") if rotator is not None else 0,
+        "rotations": rotations,
     }
 
 

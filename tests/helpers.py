@@ -1,9 +1,10 @@
 """Helpers shared by the test suites: polling with a deadline, one-value
-queries and SQLSTATE assertions."""
+queries, SQLSTATE assertions and threads on their own connections."""
 
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -81,3 +82,16 @@ def raises_lk(code: str, *fragments: str) -> Iterator[None]:
     message = caught.value.diag.message_primary or ""
     for fragment in fragments:
         assert fragment in message, message
+
+
+def guarded(dsn: str, errors: list[BaseException], body: Callable[[psycopg.Connection], None]) -> threading.Thread:
+    """A thread (not started) that runs ``body`` on its own autocommit
+    connection and keeps what it raises in ``errors``, for the test thread to
+    report."""
+    def run() -> None:
+        try:
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                body(conn)
+        except BaseException as error:  # reported by the test thread
+            errors.append(error)
+    return threading.Thread(target=run)

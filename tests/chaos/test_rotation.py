@@ -7,13 +7,13 @@ under a valid lease), only the expired jobs die, and they never start."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
 
 import psycopg
 
 from pyalk import Alk, QueueOpts
 from tests.chaos.harness import check, live_jobs, read_ledger, remaining_ids
 from tests.chaos.servers import until
+from tests.helpers import guarded
 
 #: Jobs the producer enqueues while the workers run, in batches of BATCH.
 BATCHES, BATCH = 30, 20
@@ -27,15 +27,6 @@ def test_sigkilled_workers_across_rotations_with_retries_sweeps_and_enqueues(cha
     rotations: list[str] = []
     swept: list[int] = []
     ids: list[int] = []
-
-    def guarded(body: Callable[[psycopg.Connection], None]) -> threading.Thread:
-        def run() -> None:
-            try:
-                with psycopg.connect(chaos_dsn, autocommit=True) as conn:
-                    body(conn)
-            except BaseException as error:  # reported by the test thread
-                errors.append(error)
-        return threading.Thread(target=run)
 
     def rotate(conn: psycopg.Connection) -> None:
         # min_jobs 0: rotate whenever the lock is free, live jobs moving every time.
@@ -54,7 +45,7 @@ def test_sigkilled_workers_across_rotations_with_retries_sweeps_and_enqueues(cha
     with psycopg.connect(chaos_dsn, autocommit=True) as conn:
         expiring = [row[0] for row in conn.execute(
             "SELECT alk.enqueue('q', '{}', delay => 3600, expires => 1) FROM generate_series(1, 20)")]
-    background = [guarded(rotate), guarded(sweep)]
+    background = [guarded(chaos_dsn, errors, rotate), guarded(chaos_dsn, errors, sweep)]
     for thread in background:
         thread.start()
     workers = [spawn(chaos_dsn, f"w{i}", "--concurrency", "4", handler="work_or_retry") for i in range(3)]

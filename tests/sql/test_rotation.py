@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
 from typing import Any
 
 import psycopg
 import pytest
 
 from tests.conftest import pin_clock
-from tests.helpers import calls_of, one, sqlstate_of, until, until_a_second_old
+from tests.helpers import calls_of, guarded, one, sqlstate_of, until, until_a_second_old
 
 
 def slot_of(db: psycopg.Connection, job_id: int) -> int:
@@ -331,17 +330,13 @@ def test_under_a_held_snapshot_rotations_hold_up_work_at_most_the_bound(dsn, con
         conn.execute(query)
         waits.append(time.monotonic() - started)
 
-    def work() -> None:
-        try:
-            with psycopg.connect(dsn, autocommit=True) as conn:
-                while not stop.is_set():
-                    timed(conn, "SELECT alk.enqueue_batch('q', array_fill('{}'::jsonb, ARRAY[10]))")
-                    timed(conn, "SELECT alk.ack_batch(array_agg(id), 'w', array_agg(attempts), 'q')"
-                                " FROM alk.claim('q', 'w', 10)")
-        except BaseException as error:  # reported by the test thread
-            errors.append(error)
+    def work(conn: psycopg.Connection) -> None:
+        while not stop.is_set():
+            timed(conn, "SELECT alk.enqueue_batch('q', array_fill('{}'::jsonb, ARRAY[10]))")
+            timed(conn, "SELECT alk.ack_batch(array_agg(id), 'w', array_agg(attempts), 'q')"
+                        " FROM alk.claim('q', 'w', 10)")
 
-    workers = [threading.Thread(target=work) for _ in range(2)]
+    workers = [guarded(dsn, errors, work) for _ in range(2)]
     for thread in workers:
         thread.start()
     rotator = connect()
@@ -592,17 +587,6 @@ def test_concurrent_work_and_rotations_lose_nothing_and_run_nothing_twice(dsn, c
     enqueued: list[int] = []
     rotations: list[str] = []
 
-    def guarded(body: Callable[[psycopg.Connection], None]) -> Callable[[], None]:
-        def run() -> None:
-            conn = psycopg.connect(dsn, autocommit=True)
-            try:
-                body(conn)
-            except BaseException as error:  # reported by the test thread
-                errors.append(error)
-            finally:
-                conn.close()
-        return run
-
     def produce(conn: psycopg.Connection) -> None:
         for n in range(60):
             enqueued.extend(r[0] for r in conn.execute(
@@ -631,8 +615,8 @@ def test_concurrent_work_and_rotations_lose_nothing_and_run_nothing_twice(dsn, c
         while not stop.is_set():
             rotations.append(one(conn, rotation))
 
-    producers = [threading.Thread(target=guarded(produce)) for _ in range(2)]
-    others = [threading.Thread(target=guarded(work)) for _ in range(3)] + [threading.Thread(target=guarded(rotate))]
+    producers = [guarded(dsn, errors, produce) for _ in range(2)]
+    others = [guarded(dsn, errors, work) for _ in range(3)] + [guarded(dsn, errors, rotate)]
     for thread in producers + others:
         thread.start()
     for thread in producers:
